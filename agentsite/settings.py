@@ -1,0 +1,207 @@
+"""Settings for agentsite.
+
+The defaults are the embedded deployment: SQLite, in-process execution and an in-memory
+channel layer. Environment variables switch to PostgreSQL, Redis and separate workers.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AGENTSITE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DEBUG = env_bool("AGENTSITE_DEBUG", True)
+SECRET_KEY = os.environ.get("AGENTSITE_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("AGENTSITE_SECRET_KEY must be set when AGENTSITE_DEBUG is off")
+    SECRET_KEY = "django-insecure-embedded-default-only"  # noqa: S105
+ALLOWED_HOSTS = env_list(
+    "AGENTSITE_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"]
+)
+CSRF_TRUSTED_ORIGINS = env_list("AGENTSITE_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "channels",
+    "django_tasks_db",
+    "plans",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "agentsite.urls"
+ASGI_APPLICATION = "agentsite.asgi.application"
+WSGI_APPLICATION = "agentsite.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: SQLite in WAL mode by default (readers never block the run's writer);
+# AGENTSITE_DATABASE_URL=postgres://user:pass@host:port/name for scale-out.
+DATABASE_URL = os.environ.get("AGENTSITE_DATABASE_URL", "")
+if DATABASE_URL:
+    from urllib.parse import unquote, urlparse
+
+    _url = urlparse(DATABASE_URL)
+    if _url.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"AGENTSITE_DATABASE_URL: unsupported scheme {_url.scheme!r}")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": _url.path.lstrip("/"),
+            "USER": unquote(_url.username or ""),
+            "PASSWORD": unquote(_url.password or ""),
+            "HOST": _url.hostname or "",
+            "PORT": str(_url.port or ""),
+            "CONN_MAX_AGE": 0,
+        }
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("AGENTSITE_SQLITE_PATH", str(VAR_DIR / "agentsite.sqlite3")),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                ),
+            },
+            # A file, not shared-cache memory: concurrent writers must wait, not fail at once.
+            "TEST": {
+                "NAME": str(Path(tempfile.gettempdir()) / f"agentsite-test-{os.getpid()}.sqlite3")
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Channels: in-memory for one process, Redis when processes must share events.
+REDIS_URL = os.environ.get("AGENTSITE_REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Tasks: the database backend; the embedded server runs a worker thread in-process.
+TASKS = {
+    "default": {
+        "BACKEND": os.environ.get("AGENTSITE_TASKS_BACKEND", "django_tasks_db.DatabaseBackend"),
+        "QUEUES": ["default"],
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+MAILERS = {
+    "default": {
+        "BACKEND": os.environ.get(
+            "AGENTSITE_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend"
+        ),
+    }
+}
+DEFAULT_FROM_EMAIL = "agent@agentsite.localhost"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"plans": {"handlers": ["console"], "level": "INFO"}},
+}
+
+# --- The agent -------------------------------------------------------------------------
+
+# Anthropic is used when a key is set; otherwise the deterministic offline model.
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
+AGENTSITE_MODEL_BACKEND = os.environ.get(
+    "AGENTSITE_MODEL_BACKEND", "anthropic" if ANTHROPIC_API_KEY else "offline"
+)
+AGENTSITE_PLANNER_MODEL = os.environ.get("AGENTSITE_PLANNER_MODEL", "claude-sonnet-5-5")
+AGENTSITE_ANSWER_MODEL = os.environ.get("AGENTSITE_ANSWER_MODEL", "claude-sonnet-5-5")
+AGENTSITE_MODEL_MAX_RETRIES = 3
+AGENTSITE_MODEL_TIMEOUT_S = 60.0
+
+# USD per million tokens. Each model call stores the prices it was charged at.
+AGENTSITE_MODEL_PRICES = {
+    "claude-sonnet-5-5": {"input": 3.00, "output": 15.00, "cache_read": 0.30, "cache_write": 3.75},
+    "claude-opus-4-5": {"input": 5.00, "output": 25.00, "cache_read": 0.50, "cache_write": 6.25},
+    "claude-haiku-4-5": {"input": 1.00, "output": 5.00, "cache_read": 0.10, "cache_write": 1.25},
+    "offline": {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0},
+}
+
+AGENTSITE_MAX_PLAN_STEPS = int(os.environ.get("AGENTSITE_MAX_PLAN_STEPS", "5"))
+AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
+AGENTSITE_RUN_BUDGET_USD = float(os.environ.get("AGENTSITE_RUN_BUDGET_USD", "0.50"))
+AGENTSITE_RUN_BUDGET_TOKENS = int(os.environ.get("AGENTSITE_RUN_BUDGET_TOKENS", "200000"))
+AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
+AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
+AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))

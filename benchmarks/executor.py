@@ -1,0 +1,182 @@
+"""Executor benchmark: wall time against the critical path, and overhead per step.
+
+Runs plans through the real executor (advance_run) with its real persistence (SQLite in WAL
+mode, a fresh file) and event publishing (the in-memory channel layer). Not a test: it prints
+medians and ratios for the README and the issue notes.
+
+    ./dev bench                 # every shape, default repeats
+    ./dev bench --repeats 3 --shapes diamond,wide
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+Steps = list[dict]
+
+
+def diamond(ms: Callable[[int], float]) -> Steps:
+    deps = {1: [], 2: [], 3: [1, 2], 4: [3], 5: [3]}
+    return [_step(i, d, ms(i)) for i, d in deps.items()]
+
+
+def wide(ms: Callable[[int], float]) -> Steps:
+    steps = [_step(i, [], ms(i)) for i in range(1, 51)]
+    return [*steps, _step(51, list(range(1, 51)), ms(51))]
+
+
+def chain(ms: Callable[[int], float]) -> Steps:
+    return [_step(i, [i - 1] if i > 1 else [], ms(i)) for i in range(1, 51)]
+
+
+def layered(ms: Callable[[int], float], *, layers: int = 20, width: int = 25) -> Steps:
+    rng = random.Random(20261130)
+    steps: Steps = []
+    for layer in range(layers):
+        for k in range(width):
+            step_id = layer * width + k + 1
+            above = range((layer - 1) * width + 1, layer * width + 1) if layer else range(0)
+            deps = sorted(rng.sample(list(above), rng.randint(1, 3))) if layer else []
+            steps.append(_step(step_id, deps, ms(step_id)))
+    return steps
+
+
+def _step(step_id: int, deps: list[int], ms: float) -> dict:
+    return {"id": step_id, "tool": "bench_sleep", "args": {"ms": ms}, "depends_on": deps}
+
+
+def fixed(ms: float) -> Callable[[int], float]:
+    return lambda _step_id: ms
+
+
+def random_between(low: int, high: int) -> Callable[[int], float]:
+    rng = random.Random(7)
+    table: dict[int, float] = {}
+    return lambda step_id: table.setdefault(step_id, float(rng.randint(low, high)))
+
+
+SHAPES: dict[str, tuple[Callable[..., Steps], str, Callable[[], Callable[[int], float]]]] = {
+    "diamond": (diamond, "5-step diamond at 50 ms", lambda: fixed(50)),
+    "wide": (wide, "50 independent + join at 50 ms", lambda: fixed(50)),
+    "chain": (chain, "chain of 50 at 50 ms", lambda: fixed(50)),
+    "layered": (layered, "layered 500 (20x25) at 5 ms", lambda: fixed(5)),
+    "layered-random": (layered, "layered 500 at random 1-9 ms", lambda: random_between(1, 9)),
+}
+TARGETS = {"layered": 1.30}
+DEFAULT_TARGET = 1.10
+OVERHEAD_TARGET_US = 500
+
+
+def setup_django(db_dir: str) -> None:
+    os.environ["AGENTSITE_SQLITE_PATH"] = str(Path(db_dir) / "bench.sqlite3")
+    os.environ["AGENTSITE_VAR_DIR"] = db_dir
+    os.environ["AGENTSITE_TOOL_MODULES"] = "benchmarks.bench_tools"
+    os.environ["AGENTSITE_MODEL_BACKEND"] = "offline"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def run_once(steps: Steps) -> tuple[float, float, str]:
+    """(wall seconds of executing the run, seconds spent answering, final status)."""
+    from django.contrib.auth import get_user_model
+
+    from plans.execution import advance_run
+    from plans.models import ModelCall, Run, RunEvent
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    from plans.services.runs import run_create
+
+    run = run_create(
+        author=user,
+        goal_text="benchmark",
+        plan_data={"steps": steps},
+        max_parallel_steps=len(steps),
+        lift_plan_step_cap=True,
+    )
+    started = time.perf_counter()
+    status = advance_run(run.pk)
+    wall = time.perf_counter() - started
+    answer = ModelCall.objects.filter(run=run, purpose="answer").first()
+    answer_s = answer.latency_ms / 1000 if answer else 0.0
+    seqs = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1)), "event seq is not contiguous"
+    assert Run.objects.get(pk=run.pk).status == "completed", status
+    return wall, answer_s, status
+
+
+def critical_path_s(steps: Steps) -> float:
+    from plans.engine import Plan, PlanStep, critical_path
+
+    plan = Plan(
+        steps=tuple(
+            PlanStep(id=s["id"], tool=s["tool"], args=s["args"], depends_on=tuple(s["depends_on"]))
+            for s in steps
+        )
+    )
+    return critical_path(plan, {s["id"]: s["args"]["ms"] / 1000 for s in steps})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="agentsite-bench-") as db_dir:
+        setup_django(db_dir)
+        print(
+            f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, SQLite WAL in {db_dir}"
+        )
+        print(f"median of {args.repeats} runs; wall = advance_run() minus the answer model call\n")
+        header = f"{'shape':<34}{'steps':>6}{'crit ms':>9}{'wall ms':>9}{'ratio':>7}{'target':>8}"
+        print(header + f"{'overhead/step':>15}")
+        failures = 0
+        run_once(diamond(fixed(0)))  # warm up imports, connections and the registry
+        for name in args.shapes.split(","):
+            build, label, latency = SHAPES[name]
+            for zero in (False, True):
+                steps = build(fixed(0) if zero else latency())
+                crit = critical_path_s(steps)
+                walls = []
+                for _ in range(args.repeats):
+                    wall, answer_s, _ = run_once(steps)
+                    walls.append(wall - answer_s)
+                median = statistics.median(walls)
+                overhead_us = max(0.0, median - crit) / len(steps) * 1e6
+                shown = label.rsplit(" at ", 1)[0] + " at 0 ms" if zero else label
+                if zero:
+                    ok = overhead_us <= OVERHEAD_TARGET_US
+                    ratio, target = "-", f"<={OVERHEAD_TARGET_US}us"
+                else:
+                    limit = TARGETS.get(name, DEFAULT_TARGET)
+                    ok = median / crit <= limit
+                    ratio, target = f"{median / crit:.2f}", f"<={limit:.2f}"
+                failures += not ok
+                print(
+                    f"{shown:<34}{len(steps):>6}{crit * 1000:>9.1f}{median * 1000:>9.1f}"
+                    f"{ratio:>7}{target:>8}{overhead_us:>12.0f} us{'' if ok else '  MISSED'}"
+                )
+        print("\nall targets met" if not failures else f"\n{failures} target(s) missed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

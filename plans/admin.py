@@ -1,0 +1,72 @@
+"""Raw audit records, read-only: the admin is for looking, services are for changing."""
+
+from django.contrib import admin
+
+from plans import models
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(models.Goal)
+class GoalAdmin(ReadOnlyAdmin):
+    list_display = ["id", "author", "text", "created_at"]
+    list_select_related = ["author"]
+    search_fields = ["text"]
+
+
+@admin.register(models.Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "goal", "status", "model_call_count", "cost_usd", "created_at"]
+    list_filter = ["status"]
+    list_select_related = ["goal"]
+
+
+@admin.register(models.Plan)
+class PlanAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "version", "source", "is_valid", "created_at"]
+
+
+@admin.register(models.Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = ["id", "plan", "step_id", "tool", "status", "round", "attempts"]
+    list_filter = ["status", "tool", "destructive"]
+
+
+@admin.register(models.Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "tool", "decision", "reviewer", "args_sha256", "decided_at"]
+    list_filter = ["decision", "tool"]
+    list_select_related = ["reviewer"]
+
+
+@admin.register(models.RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "seq", "kind", "at"]
+    list_filter = ["kind"]
+
+
+@admin.register(models.ModelCall)
+class ModelCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "purpose", "model", "input_tokens", "output_tokens", "cost_usd"]
+    list_filter = ["purpose", "model"]
+
+
+@admin.register(models.ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "tool", "attempt", "duration_ms", "idempotency_key"]
+    list_filter = ["tool"]
+
+
+@admin.register(models.LedgerEntry)
+class LedgerEntryAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "reference", "idempotency_key", "created_at"]
+    list_filter = ["kind"]

@@ -1,0 +1,83 @@
+"""Small rules the executor applies: call identity, retry delays, budgets, declined calls."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+# Beyond this many doublings every delay is capped anyway; stopping here avoids float overflow.
+_MAX_DOUBLINGS = 1000
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling for equal JSON values: sorted keys, no spaces, unescaped Unicode."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_sha256(tool: str, args: Mapping[str, Any]) -> str:
+    """Hex SHA-256 identifying a call: the tool and its exact arguments."""
+    payload = canonical_json({"tool": tool, "args": dict(args)})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def idempotency_key(tool: str, args: Mapping[str, Any]) -> str:
+    """The key a side effect is recorded under: identical calls share it, so they happen once."""
+    return args_sha256(tool, args)
+
+
+def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before retry number attempt (from 1): full jitter, exponential cap."""
+    if attempt < 1:
+        raise ValueError(f"attempt counts from 1, got {attempt}")
+    if base < 0 or cap < 0:
+        raise ValueError(f"base and cap must not be negative, got base={base}, cap={cap}")
+    ceiling = min(cap, base * 2.0 ** min(attempt - 1, _MAX_DOUBLINGS))
+    return rng.uniform(0, ceiling)
+
+
+@dataclass(frozen=True)
+class Budget:
+    usd: Decimal
+    tokens: int
+
+
+def budget_problem(
+    *,
+    budget: Budget,
+    spent_usd: Decimal,
+    spent_tokens: int,
+    next_call_usd: Decimal,
+    next_call_tokens: int,
+) -> str | None:
+    """None if the next model call fits the budget, else a sentence naming what it would exceed."""
+    total_usd = spent_usd + next_call_usd
+    total_tokens = spent_tokens + next_call_tokens
+    overruns = []
+    if total_usd > budget.usd:
+        overruns.append(f"{_usd(total_usd)} of its {_usd(budget.usd)} cost budget")
+    if total_tokens > budget.tokens:
+        overruns.append(f"{total_tokens:,} of its {budget.tokens:,}-token budget")
+    if not overruns:
+        return None
+    return (
+        f"The next model call (about {_usd(next_call_usd)} and {next_call_tokens:,} tokens) "
+        f"would bring the run to {' and '.join(overruns)}."
+    )
+
+
+def blocked_result(tool: str, reason: str) -> str:
+    """What a step's result says when a reviewer declined its call, so the model does not retry."""
+    reason = reason.strip().rstrip(".") or "none given"
+    return f"BLOCKED: a reviewer declined {tool}. Reason: {reason}. Do not retry."
+
+
+def _usd(amount: Decimal) -> str:
+    # Model calls cost fractions of a cent, so show up to six places but at least two.
+    text = f"{Decimal(amount).quantize(Decimal('0.000001')):f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"

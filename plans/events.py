@@ -1,0 +1,177 @@
+"""The run event log: seq allocation, insertion, and publishing to websocket groups after commit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from plans.bulk import insert_rows
+from plans.models import Run, RunEvent
+
+logger = logging.getLogger(__name__)
+
+INBOX_GROUP = "approvals-inbox"
+
+
+class LeaseLost(Exception):
+    """The writer no longer holds the run's lease; nothing it tried to write was kept."""
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+def append_events(
+    run_id: int,
+    entries: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    lease_token: Any = None,
+    run_fields: Mapping[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Append events (and optional run field updates) inside the caller's transaction.
+
+    With a lease token the write is fenced: if another worker took the lease, LeaseLost is raised.
+    Returns the events as published, and whether cancellation was requested for the run.
+    """
+    entries = list(entries)
+    fence = Run.objects.filter(pk=run_id)
+    if lease_token is not None:
+        fence = fence.filter(lease_token=lease_token)
+    # The UPDATE locks the run row, so concurrent writers allocate disjoint seq ranges.
+    updated = fence.update(last_seq=F("last_seq") + len(entries), **(run_fields or {}))
+    if updated != 1:
+        if lease_token is not None:
+            raise LeaseLost(f"run {run_id}: lease {lease_token} is no longer held")
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
+    last_seq, cancel_requested = Run.objects.filter(pk=run_id).values_list(
+        "last_seq", "cancel_requested"
+    )[0]
+    if not entries:
+        return [], cancel_requested
+    now = timezone.now()
+    first = last_seq - len(entries) + 1
+    rows = [
+        {"run_id": run_id, "seq": first + i, "kind": kind, "payload": dict(payload), "at": now}
+        for i, (kind, payload) in enumerate(entries)
+    ]
+    insert_rows(RunEvent, rows)
+    events = [
+        {
+            "run": run_id,
+            "seq": row["seq"],
+            "kind": row["kind"],
+            "payload": row["payload"],
+            "at": now.isoformat(),
+        }
+        for row in rows
+    ]
+    transaction.on_commit(lambda: publish_events(run_id, events))
+    return events, cancel_requested
+
+
+def event_message(event: RunEvent) -> dict[str, Any]:
+    """A stored event in the form it is published (for replays from the log)."""
+    return {
+        "run": event.run_id,
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": event.payload,
+        "at": event.at.isoformat(),
+    }
+
+
+# --- Publishing -------------------------------------------------------------------------------
+
+
+class Publisher:
+    """Sends channel-layer messages in order, from any thread, without blocking the sender.
+
+    One drain task sends them one at a time. It lives on the server's event loop when the
+    in-memory layer is used inside the server (that layer's queues belong to that loop), and
+    otherwise on a loop of its own thread (so Redis connections are reused, not reopened).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
+        self._server_loop: asyncio.AbstractEventLoop | None = None
+
+    def bind_server_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            if self._server_loop is not loop:
+                self._server_loop = loop
+                self._loop = self._queue = None  # the next send starts a drain task there
+
+    def send(self, group: str, message: dict[str, Any]) -> None:
+        loop, queue = self._target()
+        loop.call_soon_threadsafe(queue.put_nowait, (group, message))
+
+    def wait_idle(self, timeout: float = 5.0) -> None:
+        """Block until everything sent so far has been handed to the channel layer."""
+        loop, queue = self._target()
+        asyncio.run_coroutine_threadsafe(queue.join(), loop).result(timeout)
+
+    def _target(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Queue]:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed() or self._queue is None:
+                server = self._server_loop
+                use_server = isinstance(get_channel_layer(), InMemoryChannelLayer) and (
+                    server is not None and server.is_running()
+                )
+                loop = server if use_server and server is not None else _start_loop_thread()
+                queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+                loop.call_soon_threadsafe(lambda: loop.create_task(_drain(queue)))
+                self._loop, self._queue = loop, queue
+            return self._loop, self._queue
+
+
+def _start_loop_thread() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="channel-publisher", daemon=True).start()
+    return loop
+
+
+async def _drain(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+    while True:
+        group, message = await queue.get()
+        try:
+            layer = get_channel_layer()
+            if layer is not None:
+                await layer.group_send(group, message)
+        except Exception:
+            # A lost push is recovered by the client's seq gap check; never fail for it.
+            logger.exception("could not publish to %s", group)
+        finally:
+            queue.task_done()
+
+
+publisher = Publisher()
+
+
+def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called from the server's loop (a consumer connecting) so pushes are delivered there."""
+    publisher.bind_server_loop(loop)
+
+
+def publish_events(run_id: int, events: list[dict[str, Any]]) -> None:
+    """One message per commit: consumers receive the batch in seq order."""
+    group_send(run_group(run_id), {"type": "run.events", "events": events})
+
+
+def publish_transient(run_id: int, kind: str, payload: Mapping[str, Any]) -> None:
+    """Send something that is not worth storing (answer tokens); the stored event follows."""
+    group_send(run_group(run_id), {"type": "run.transient", "kind": kind, "payload": dict(payload)})
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    """Queue a message for a channel group; delivery is best-effort (clients resync by seq)."""
+    publisher.send(group, message)

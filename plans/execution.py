@@ -1,0 +1,632 @@
+"""Advancing a run: plan it, run its steps as their dependencies finish, write the answer.
+
+One worker advances a run at a time (it holds the lease). Tool calls run in a thread pool;
+everything else, including every database write, happens on the advancing thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import queue
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from plans.engine import (
+    Budget,
+    Outcome,
+    Plan,
+    Scheduler,
+    UnresolvedPlaceholder,
+    blocked_result,
+    budget_problem,
+    check_args,
+    idempotency_key,
+    resolve,
+)
+from plans.events import LeaseLost, append_events, publish_transient
+from plans.leases import Heartbeat, Lease, lease_acquire
+from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
+from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
+from plans.llm.prompts import answer_request
+from plans.models import Approval, ModelCall, Run, Step
+from plans.recorder import RunRecorder
+from plans.services.approvals import (
+    Verdict,
+    approval_gate,
+    approval_is_valid_for_call,
+    approval_request,
+)
+from plans.services.plans import plan_current, plan_from_planner, plan_to_engine
+from plans.tools import ToolError, ToolSpec, get_registry
+
+logger = logging.getLogger(__name__)
+
+# How often a run with steps awaiting approval looks for decisions while other steps run.
+DECISION_POLL_S = 0.25
+
+
+def advance_run(run_id: int) -> str:
+    """Advance the run as far as it can go; returns its status afterwards (or 'busy')."""
+    lease = lease_acquire(run_id)
+    if lease is None:
+        return "busy"
+    try:
+        with Heartbeat(lease):
+            return RunAdvancer(run_id, lease).advance()
+    except LeaseLost:
+        logger.warning("run %s: lease lost; another worker carries on", run_id)
+        return "lease_lost"
+    finally:
+        Run.objects.filter(pk=run_id, lease_token=lease.token).update(
+            lease_token=None, lease_expires_at=None
+        )
+
+
+@dataclass
+class ToolOutcome:
+    result: Any
+    error: str
+    idempotency_key: str
+    started_at: datetime
+    duration_ms: float
+
+
+def invoke_tool(
+    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None
+) -> ToolOutcome:
+    """Call a tool in a pool thread; a destructive one needs an approval of these exact args."""
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    result: Any = None
+    error = ""
+    try:
+        if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
+            raise PermissionError(
+                f"{spec.name} is destructive and has no approval for these arguments"
+            )
+        result = _jsonable(spec.call(args, idempotency_key=key))
+    except ToolError as exc:
+        error = str(exc)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if connection.connection is not None:
+            connection.close()
+    return ToolOutcome(result, error, key, started_at, (time.perf_counter() - t0) * 1000)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+class RunAdvancer:
+    def __init__(self, run_id: int, lease: Lease) -> None:
+        self.run = Run.objects.select_related("goal__author").get(pk=run_id)
+        self.lease = lease
+        self.recorder = RunRecorder(lease)
+        self.registry = get_registry()
+
+    # --- the whole run -------------------------------------------------------------------
+
+    def advance(self) -> str:
+        run = self.run
+        plan_row = plan_current(run)
+        if plan_row is None:
+            if not self._plan():
+                return run.status
+            plan_row = plan_current(run)
+            assert plan_row is not None
+        steps = {s.step_id: s for s in plan_row.steps.all()}
+        if run.started_at is None:
+            run.started_at = timezone.now()
+            self.recorder.run_changed(started_at=run.started_at)
+            self.recorder.event("run_started")
+        elif run.status == Run.Status.RUNNING:
+            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
+        else:
+            self.recorder.event("run_resumed")
+        if run.status != Run.Status.RUNNING:
+            self._set_status(Run.Status.RUNNING)
+        parked = StepsExecution(self, plan_to_engine(plan_row), steps).execute()
+        if parked:
+            return Run.Status.AWAITING_APPROVAL
+        if self.recorder.cancel_requested or run.cancel_requested:
+            return self._finish(Run.Status.CANCELLED)
+        if not self._answer(plan_row, steps):
+            return run.status
+        return self._finish(_final_status(steps.values()))
+
+    def _plan(self) -> bool:
+        """Ask the planner for a plan; False when the run ended here (invalid, budget, error)."""
+        result = plan_from_planner(
+            run=self.run,
+            call_model=lambda request: self.call_model(request),
+            lease=self.lease,
+        )
+        self.run.refresh_from_db()
+        return result is not None and result.is_valid and not self.run.is_terminal
+
+    def _answer(self, plan_row: Any, steps: dict[int, Step]) -> bool:
+        outcomes = [
+            {
+                "id": s.step_id,
+                "tool": s.tool,
+                "args": s.resolved_args if s.resolved_args is not None else s.args,
+                "status": s.status,
+                "result": s.result,
+                "error": s.error,
+            }
+            for s in sorted(steps.values(), key=lambda s: s.step_id)
+        ]
+        request = answer_request(
+            goal=self.run.goal.text,
+            plan={"steps": [_step_json(s) for s in steps.values()]},
+            outcomes=outcomes,
+            model=model_for("answer"),
+        )
+        run_id = self.run.pk
+        completion = self.call_model(
+            request,
+            on_text=lambda text: publish_transient(run_id, "answer_delta", {"text": text}),
+        )
+        if completion is None:
+            return False
+        self.run.answer = completion.text
+        self.recorder.run_changed(answer=completion.text)
+        self.recorder.event("answer_finished", text=completion.text)
+        self.recorder.flush()
+        return True
+
+    def _finish(self, status: str) -> str:
+        self.run.status = status
+        self.run.finished_at = timezone.now()
+        self.recorder.event("run_finished", status=status)
+        self.recorder.flush(run_fields={"status": status, "finished_at": self.run.finished_at})
+        return status
+
+    def _set_status(self, status: str) -> None:
+        self.run.status = status
+        self.recorder.run_changed(status=status)
+        self.recorder.event("run_status", status=status)
+
+    # --- model calls ---------------------------------------------------------------------
+
+    def call_model(self, request: ModelRequest, *, on_text: Any = None) -> Completion | None:
+        """One model call, checked against the budget first and recorded with its cost."""
+        run = self.run
+        prices = prices_for(request.model)
+        problem = budget_problem(
+            budget=Budget(usd=run.budget_usd, tokens=run.budget_tokens),
+            spent_usd=run.cost_usd,
+            spent_tokens=run.total_tokens,
+            next_call_usd=estimate_cost_usd(request, prices),
+            next_call_tokens=request.estimated_input_tokens() + request.max_tokens,
+        )
+        if problem:
+            self.run.error = problem
+            self.recorder.run_changed(error=problem)
+            self.recorder.event("budget_exhausted", purpose=request.purpose, message=problem)
+            self._finish(Run.Status.BUDGET_EXHAUSTED)
+            return None
+        started = time.perf_counter()
+        try:
+            completion = get_model().complete(request, on_text=on_text)
+        except ModelError as exc:
+            latency = int((time.perf_counter() - started) * 1000)
+            self._record_model_call(request, None, prices, latency_ms=latency, error=str(exc))
+            self.run.error = f"model call for {request.purpose} failed: {exc}"
+            self.recorder.run_changed(error=self.run.error)
+            self._finish(Run.Status.FAILED)
+            return None
+        self._record_model_call(request, completion, prices, completion.latency_ms)
+        return completion
+
+    def _record_model_call(
+        self,
+        request: ModelRequest,
+        completion: Completion | None,
+        prices: dict[str, float],
+        latency_ms: int,
+        error: str = "",
+    ) -> None:
+        usage = completion.usage if completion else None
+        tokens = {
+            "input_tokens": usage.input_tokens if usage else 0,
+            "output_tokens": usage.output_tokens if usage else 0,
+            "cache_read_tokens": usage.cache_read_tokens if usage else 0,
+            "cache_write_tokens": usage.cache_write_tokens if usage else 0,
+        }
+        cost = cost_usd(usage, prices) if usage else Decimal(0)
+        call = ModelCall(
+            run_id=self.run.pk,
+            purpose=request.purpose,
+            model=completion.model if completion else request.model,
+            prices=prices,
+            cost_usd=cost,
+            latency_ms=latency_ms,
+            error=error,
+            **tokens,
+        )
+        run = self.run
+        for name, value in tokens.items():
+            setattr(run, name, getattr(run, name) + value)
+        run.cost_usd += cost
+        run.model_call_count += 1
+        self.recorder.model_call(call)
+        self.recorder.event(
+            "model_call",
+            purpose=request.purpose,
+            model=call.model,
+            cost_usd=str(cost),
+            latency_ms=latency_ms,
+            error=error,
+            **tokens,
+            totals={
+                "tokens": run.total_tokens,
+                "cost_usd": str(run.cost_usd),
+                "model_calls": run.model_call_count,
+            },
+        )
+        self.recorder.flush(
+            run_fields={
+                **{name: F(name) + value for name, value in tokens.items()},
+                "cost_usd": F("cost_usd") + cost,
+                "model_call_count": F("model_call_count") + 1,
+            }
+        )
+
+
+class StepsExecution:
+    """Runs a plan's steps as soon as their dependencies finish, up to the run's parallelism."""
+
+    def __init__(self, advancer: RunAdvancer, plan: Plan, steps: dict[int, Step]) -> None:
+        self.advancer = advancer
+        self.lease = advancer.lease
+        self.recorder = advancer.recorder
+        self.run = advancer.run
+        self.plan = plan
+        self.steps = steps
+        self.scheduler = Scheduler(
+            plan, run_dependants_of_failures=self.run.goal.run_dependants_of_failures
+        )
+        self.results: dict[int, Any] = {}
+        self.inflight: dict[Future[ToolOutcome], int] = {}  # future -> step id
+        self.completed: queue.SimpleQueue[Future[ToolOutcome]] = queue.SimpleQueue()
+        self.deadlines: list[tuple[float, int, Future[ToolOutcome]]] = []  # a heap
+        self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
+        self.round_left: dict[int, int] = {}
+        self.rounds_started: set[int] = set()
+        for step in steps.values():
+            self.round_left[step.round] = self.round_left.get(step.round, 0) + 1
+        self._restore()
+
+    def _restore(self) -> None:
+        for step in sorted(self.steps.values(), key=lambda s: s.step_id):
+            if step.status in Step.FINISHED:
+                self.scheduler.restore(step.step_id, Outcome(step.status))
+                self._remember(step)
+                self.round_left[step.round] -= 1
+                self.rounds_started.add(step.round)
+            elif step.status in (Step.Status.RUNNING, Step.Status.AWAITING_APPROVAL):
+                # Interrupted or parked: it will be taken again; its attempts stay counted.
+                step.status = Step.Status.PENDING
+                self.recorder.step_changed(step)
+                self.rounds_started.add(step.round)
+
+    def _remember(self, step: Step) -> None:
+        if step.status == Step.Status.SUCCEEDED:
+            self.results[step.step_id] = step.result
+        elif step.status in (Step.Status.FAILED, Step.Status.BLOCKED):
+            self.results[step.step_id] = step.result if step.result is not None else step.error
+
+    def execute(self) -> bool:
+        """Run until every step finished (False) or only approvals remain (True: parked)."""
+        pool = ThreadPoolExecutor(
+            max_workers=max(1, self.run.max_parallel_steps), thread_name_prefix="tool"
+        )
+        last_poll = time.monotonic()
+        try:
+            while True:
+                cancelled = self.recorder.cancel_requested or self.run.cancel_requested
+                if not cancelled:
+                    room = self.run.max_parallel_steps - len(self.inflight)
+                    for step_id in self.scheduler.take_ready(limit=max(room, 0)):
+                        self._launch(step_id, pool)
+                if not self.inflight:
+                    if self.awaiting and not cancelled:
+                        if self._apply_decisions(pool):
+                            continue
+                        if self._park():
+                            return True
+                        continue
+                    break
+                for future in self._next_completed():
+                    if future in self.inflight:  # not already given up on as timed out
+                        self._complete(future)
+                self._time_out_overdue()
+                if self.recorder.flush_due_in() == 0:
+                    self.recorder.flush()
+                if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
+                    last_poll = time.monotonic()
+                    self._apply_decisions(pool)
+            if self.recorder.cancel_requested or self.run.cancel_requested:
+                self._skip_unstarted("skipped: the run was cancelled")
+            self.recorder.flush()
+            return False
+        finally:
+            # Abandon timed-out calls rather than wait for them; nothing reads their outcome.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- launching -----------------------------------------------------------------------
+
+    def _launch(self, step_id: int, pool: ThreadPoolExecutor) -> None:
+        step = self.steps[step_id]
+        self._round_starts(step.round)
+        spec = self.advancer.registry.get(step.tool)
+        if spec is None:
+            self._finish_step(step, Outcome.FAILED, error=f"tool {step.tool!r} is not registered")
+            return
+        try:
+            args = resolve(step.args, self.results)
+        except UnresolvedPlaceholder as exc:
+            self._finish_step(step, Outcome.FAILED, error=f"cannot resolve arguments: {exc}")
+            return
+        step.resolved_args = args
+        problems = check_args(spec.schema, args)
+        if problems:
+            self._finish_step(
+                step,
+                Outcome.FAILED,
+                error="arguments after substitution are invalid: " + "; ".join(problems),
+            )
+            return
+        approval = None
+        if spec.destructive:
+            gate = approval_gate(step=step, resolved_args=args)
+            if gate.verdict is Verdict.REJECTED:
+                assert gate.approval is not None
+                reason = gate.approval.reason
+                self._finish_step(
+                    step, Outcome.BLOCKED, result=blocked_result(step.tool, reason), error=reason
+                )
+                return
+            if gate.verdict is not Verdict.APPROVED:
+                self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)
+                return
+            approval = gate.approval
+            args = gate.call_args
+        self._submit(step, spec, args, approval, pool)
+
+    def _submit(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        approval: Approval | None,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        step.status = Step.Status.RUNNING
+        step.attempts += 1
+        step.started_at = timezone.now()
+        step.resolved_args = args
+        self.recorder.step_changed(step)
+        self.recorder.event(
+            "step_started",
+            step=step.step_id,
+            tool=step.tool,
+            round=step.round,
+            attempt=step.attempts,
+            args=args,
+        )
+        if spec.destructive:
+            # The attempt is on record before the side effect can happen.
+            self.recorder.flush()
+        timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+        future = pool.submit(
+            invoke_tool, spec, args, key=idempotency_key(spec.name, args), approval=approval
+        )
+        self.inflight[future] = step.step_id
+        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, future))
+        future.add_done_callback(self.completed.put)
+
+    def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
+        self.awaiting[step.step_id] = args
+        step.status = Step.Status.AWAITING_APPROVAL
+        self.recorder.step_changed(step)
+        if requested:
+            return
+        self.recorder.approval_requested(
+            approval_request(run_id=self.run.pk, step=step, resolved_args=args)
+        )
+        self.recorder.event(
+            "approval_requested", step=step.step_id, tool=step.tool, round=step.round, args=args
+        )
+
+    def _decided(self) -> list[int]:
+        """Steps awaiting approval whose latest approval has been decided."""
+        return [
+            step_id
+            for step_id, args in sorted(self.awaiting.items())
+            if approval_gate(step=self.steps[step_id], resolved_args=args).verdict
+            in (Verdict.APPROVED, Verdict.REJECTED)
+        ]
+
+    def _apply_decisions(self, pool: ThreadPoolExecutor) -> bool:
+        """Launch or block the steps whose approvals were decided; True if there were any."""
+        decided = self._decided()
+        for step_id in decided:
+            del self.awaiting[step_id]
+            self._launch(step_id, pool)
+        return bool(decided)
+
+    def _park(self) -> bool:
+        """Release the run while it waits for reviewers; False if a decision raced in."""
+        self.recorder.flush()
+        try:
+            with transaction.atomic():
+                # The fenced update locks the run row: a reviewer's decision either committed
+                # before it (and is seen below) or waits and then finds the run parked.
+                append_events(
+                    self.run.pk,
+                    [("run_parked", {"awaiting": sorted(self.awaiting)})],
+                    lease_token=self.lease.token,
+                    run_fields={
+                        "status": Run.Status.AWAITING_APPROVAL,
+                        "lease_token": None,
+                        "lease_expires_at": None,
+                    },
+                )
+                if self._decided():
+                    raise _DecisionRaced
+        except _DecisionRaced:
+            return False
+        self.run.status = Run.Status.AWAITING_APPROVAL
+        return True
+
+    # --- completing ----------------------------------------------------------------------
+
+    def _complete(self, future: Future[ToolOutcome]) -> None:
+        step_id = self.inflight.pop(future)
+        outcome = future.result()
+        step = self.steps[step_id]
+        self.recorder.tool_call(
+            run_id=self.run.pk,
+            step_id=step.pk,
+            tool=step.tool,
+            attempt=step.attempts,
+            args=step.resolved_args,
+            result=outcome.result,
+            error=outcome.error,
+            idempotency_key=outcome.idempotency_key,
+            started_at=outcome.started_at,
+            duration_ms=outcome.duration_ms,
+        )
+        if outcome.error:
+            self._finish_step(step, Outcome.FAILED, error=outcome.error)
+        else:
+            self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
+
+    def _next_completed(self) -> list[Future[ToolOutcome]]:
+        """Wait for at least one finished call (or the next timer), then take all finished."""
+        try:
+            done = [self.completed.get(timeout=self._wait_timeout())]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                done.append(self.completed.get_nowait())
+            except queue.Empty:
+                return done
+
+    def _time_out_overdue(self) -> None:
+        now = time.monotonic()
+        while self.deadlines and (
+            self.deadlines[0][2] not in self.inflight or self.deadlines[0][0] <= now
+        ):
+            _, step_id, future = heapq.heappop(self.deadlines)
+            if future in self.inflight:
+                del self.inflight[future]
+                step = self.steps[step_id]
+                spec = self.advancer.registry[step.tool]
+                seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+                self._finish_step(step, Outcome.FAILED, error=f"timed out after {seconds:g}s")
+
+    def _wait_timeout(self) -> float | None:
+        """Until the next deadline, decision poll or group commit, whichever is first."""
+        candidates = []
+        if self.deadlines:
+            candidates.append(self.deadlines[0][0] - time.monotonic())
+        if self.awaiting:
+            candidates.append(DECISION_POLL_S)
+        flush_in = self.recorder.flush_due_in()
+        if flush_in is not None:
+            candidates.append(flush_in)
+        return max(0.0, min(candidates)) if candidates else None
+
+    def _finish_step(
+        self, step: Step, outcome: Outcome, *, result: Any = None, error: str = ""
+    ) -> None:
+        step.status = outcome.value
+        step.result = result
+        step.error = error
+        step.finished_at = timezone.now()
+        self.recorder.step_changed(step)
+        self._remember(step)
+        payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "status": step.status}
+        if step.duration_s is not None:
+            payload["duration_ms"] = round(step.duration_s * 1000, 3)
+        if outcome is Outcome.SUCCEEDED:
+            payload["result"] = result
+        else:
+            payload["error"] = error
+            if result is not None:
+                payload["result"] = result
+        self.recorder.event("step_finished", **payload)
+        self._round_progress(step.round)
+        for skipped_id, reason in self.scheduler.finish(step.step_id, outcome):
+            skipped = self.steps[skipped_id]
+            self._round_starts(skipped.round)
+            skipped.status = Step.Status.SKIPPED
+            skipped.error = reason
+            skipped.finished_at = step.finished_at
+            self.recorder.step_changed(skipped)
+            self.recorder.event(
+                "step_finished", step=skipped_id, tool=skipped.tool, status="skipped", error=reason
+            )
+            self._round_progress(skipped.round)
+
+    def _skip_unstarted(self, reason: str) -> None:
+        for step in self.steps.values():
+            if step.status in (Step.Status.PENDING, Step.Status.AWAITING_APPROVAL):
+                step.status = Step.Status.SKIPPED
+                step.error = reason
+                step.finished_at = timezone.now()
+                self.recorder.step_changed(step)
+                self.recorder.event(
+                    "step_finished",
+                    step=step.step_id,
+                    tool=step.tool,
+                    status="skipped",
+                    error=reason,
+                )
+
+    def _round_starts(self, round_no: int) -> None:
+        if round_no not in self.rounds_started:
+            self.rounds_started.add(round_no)
+            self.recorder.event("round_started", round=round_no)
+            if round_no > self.run.round_count:
+                self.run.round_count = round_no
+                self.recorder.run_changed(round_count=round_no)
+
+    def _round_progress(self, round_no: int) -> None:
+        self.round_left[round_no] -= 1
+        if self.round_left[round_no] == 0:
+            self.recorder.event("round_finished", round=round_no)
+
+
+class _DecisionRaced(Exception):
+    pass
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+
+
+def _final_status(steps: Any) -> str:
+    statuses = {s.status for s in steps}
+    if Step.Status.BLOCKED in statuses:
+        return Run.Status.BLOCKED
+    if Step.Status.FAILED in statuses:
+        return Run.Status.FAILED
+    return Run.Status.COMPLETED

@@ -1,0 +1,78 @@
+"""The model layer: the ChatModel interface, prompts, pricing and the two backends."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from plans.llm.base import ChatModel, Completion, ModelError, ModelRequest, Usage
+from plans.llm.offline import OFFLINE_DEMO_GOALS, OfflineModel
+
+if TYPE_CHECKING:
+    from plans.llm.anthropic_model import AnthropicModel
+
+__all__ = [
+    "OFFLINE_DEMO_GOALS",
+    "AnthropicModel",
+    "ChatModel",
+    "Completion",
+    "ModelError",
+    "ModelRequest",
+    "OfflineModel",
+    "Usage",
+    "get_model",
+    "model_for",
+]
+
+BACKENDS = ("anthropic", "offline")
+
+
+def get_model() -> ChatModel:
+    """The model settings.AGENTSITE_MODEL_BACKEND names: "anthropic" or "offline"."""
+    backend = settings.AGENTSITE_MODEL_BACKEND
+    if backend == "offline":
+        return OfflineModel()
+    if backend == "anthropic":
+        if not settings.ANTHROPIC_API_KEY:
+            raise ImproperlyConfigured(
+                "AGENTSITE_MODEL_BACKEND is 'anthropic' but ANTHROPIC_API_KEY is not set: "
+                "set the key, or use AGENTSITE_MODEL_BACKEND=offline for the demo model."
+            )
+        return _anthropic_model(
+            settings.ANTHROPIC_API_KEY,
+            settings.AGENTSITE_MODEL_TIMEOUT_S,
+            settings.AGENTSITE_MODEL_MAX_RETRIES,
+        )
+    raise ImproperlyConfigured(
+        f"AGENTSITE_MODEL_BACKEND is {backend!r}; it must be one of: {', '.join(BACKENDS)}."
+    )
+
+
+def model_for(purpose: str) -> str:
+    """The model a call for this purpose is made with, and so priced at."""
+    if settings.AGENTSITE_MODEL_BACKEND == "offline":
+        return OfflineModel.name
+    if purpose == "answer":
+        return settings.AGENTSITE_ANSWER_MODEL
+    return settings.AGENTSITE_PLANNER_MODEL
+
+
+@functools.lru_cache(maxsize=4)
+def _anthropic_model(api_key: str, timeout_s: float, max_retries: int) -> ChatModel:
+    # One model (and SDK client) per configuration, so calls share its connection pool; the
+    # arguments are the cache key, and AnthropicModel reads the same settings.
+    from plans.llm.anthropic_model import AnthropicModel
+
+    return AnthropicModel()
+
+
+def __getattr__(name: str) -> Any:
+    # The SDK is imported only when the Anthropic backend is actually wanted.
+    if name == "AnthropicModel":
+        from plans.llm.anthropic_model import AnthropicModel
+
+        return AnthropicModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

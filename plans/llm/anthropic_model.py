@@ -1,0 +1,225 @@
+"""The Anthropic Messages API as a ChatModel, with our own retries and prompt caching.
+
+Named anthropic_model rather than anthropic so that `plans.llm.anthropic` can never be mistaken
+for (or replace, as a package attribute) the SDK module `anthropic` imported here.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import httpx2
+from django.conf import settings
+
+from plans.engine.policies import backoff_delay
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 30.0
+RETRY_AFTER_CAP_S = 60.0  # a longer wait than this is not worth holding a run for
+
+# Statuses worth another attempt: request timeout, rate limit, and every server error (529 too).
+RETRYABLE_STATUSES = frozenset({408, 429})
+# An error event inside a 200 stream carries only its type; map it to the status it stands for.
+_STREAM_ERROR_STATUS = {
+    "overloaded_error": 529,
+    "api_error": 500,
+    "rate_limit_error": 429,
+    "timeout_error": 504,
+}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed attempt: what went wrong, whether to try again, and any wait the server asked."""
+
+    description: str
+    retryable: bool
+    retry_after: float | None = None
+
+
+class AnthropicModel:
+    """Claude through the SDK, retrying 408, 429, 5xx (529 too), timeouts and connection errors.
+
+    Other errors (400, 401, 403, 404, ...) fail at once. latency_ms is the successful attempt's.
+    """
+
+    def __init__(
+        self,
+        client: anthropic.Anthropic | None = None,
+        *,
+        max_retries: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if client is None:
+            client = anthropic.Anthropic(
+                api_key=settings.ANTHROPIC_API_KEY,
+                max_retries=0,
+                timeout=settings.AGENTSITE_MODEL_TIMEOUT_S,
+            )
+        elif isinstance(client, anthropic.Anthropic) and client.max_retries:
+            # SDK retries under ours would multiply the attempts and hide them from our backoff.
+            client = client.with_options(max_retries=0)
+        self.client = client
+        self.max_retries = (
+            settings.AGENTSITE_MODEL_MAX_RETRIES if max_retries is None else max_retries
+        )
+        self.sleep = sleep
+        self.rng = rng if rng is not None else random.Random()
+
+    def complete(
+        self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> Completion:
+        params = request_params(request)
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            emitted = [False]
+            started = time.perf_counter()
+            try:
+                message = self._attempt(params, on_text, emitted)
+            except (anthropic.APIError, httpx2.TransportError) as err:
+                failure = _describe(err)
+                if emitted[0]:
+                    # The caller already showed part of this reply; a retry would repeat it.
+                    raise ModelError(
+                        f"The model's streamed reply broke off part-way: {failure.description}"
+                    ) from err
+                if not failure.retryable:
+                    raise ModelError(f"The model API call failed: {failure.description}") from err
+                if attempt == attempts:
+                    raise ModelError(
+                        f"The model API call failed after {attempts} "
+                        f"attempt{'s' if attempts != 1 else ''}; "
+                        f"last error: {failure.description}"
+                    ) from err
+                delay = self._delay(attempt, failure.retry_after)
+                logger.warning(
+                    "model call attempt %d/%d failed (%s); retrying in %.2fs",
+                    attempt,
+                    attempts,
+                    failure.description,
+                    delay,
+                )
+                self.sleep(delay)
+                continue
+            # The successful attempt's own time: failed attempts and backoff sleeps are not
+            # the model's latency (they show up in the step's or run's wall time instead).
+            latency_ms = round((time.perf_counter() - started) * 1000)
+            return Completion(
+                text=message_text(message),
+                usage=message_usage(message),
+                model=request.model,
+                latency_ms=latency_ms,
+            )
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _attempt(
+        self,
+        params: dict[str, Any],
+        on_text: Callable[[str], None] | None,
+        emitted: list[bool],
+    ) -> Any:
+        if on_text is None:
+            return self.client.messages.create(**params)
+        with self.client.messages.stream(**params) as stream:
+            for delta in stream.text_stream:
+                emitted[0] = True
+                on_text(delta)
+            return stream.get_final_message()
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and math.isfinite(retry_after):
+            return min(max(retry_after, 0.0), RETRY_AFTER_CAP_S)
+        return backoff_delay(attempt, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, rng=self.rng)
+
+
+def request_params(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API arguments; metadata and purpose stay on our side."""
+    system: list[dict[str, Any]] = [
+        {"type": "text", "text": text} for text in request.system_blocks()
+    ]
+    # One breakpoint after the stable prefix (rules + catalog) caches it for every later call.
+    system[-1]["cache_control"] = {"type": "ephemeral"}
+    return {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "system": system,
+        "messages": [dict(message) for message in request.messages],
+    }
+
+
+def message_text(message: Any) -> str:
+    """All text blocks of a Message, joined."""
+    if getattr(message, "stop_reason", None) == "max_tokens":
+        logger.warning("model reply was cut off at max_tokens")
+    return "".join(
+        block.text for block in message.content if getattr(block, "type", None) == "text"
+    )
+
+
+def message_usage(message: Any) -> Usage:
+    """Token usage of a Message; absent cache counts are zero."""
+    usage = message.usage
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+    )
+
+
+def _describe(err: Exception) -> _Failure:
+    if isinstance(err, anthropic.APITimeoutError | httpx2.TimeoutException):
+        return _Failure("the request timed out", retryable=True)
+    if isinstance(err, anthropic.APIConnectionError | httpx2.TransportError):
+        return _Failure(f"connection error ({_cause(err)})", retryable=True)
+    if isinstance(err, anthropic.APIStatusError):
+        status = err.status_code
+        if status < 400:
+            # An error event inside a successful stream: the status is in its type.
+            status = _STREAM_ERROR_STATUS.get(str(err.type or ""), status)
+        detail = err.api_message or err.message
+        kind = f" {err.type}" if err.type else ""
+        return _Failure(
+            f"HTTP {status}{kind}: {detail}",
+            retryable=status in RETRYABLE_STATUSES or status >= 500,
+            retry_after=_retry_after(err.response.headers),
+        )
+    return _Failure(str(err) or type(err).__name__, retryable=False)
+
+
+def _cause(err: BaseException) -> str:
+    cause = err.__cause__ or err
+    return str(cause) or type(cause).__name__
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds the server asked us to wait: retry-after-ms, or retry-after as seconds or a date."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return float(milliseconds) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return float(email.utils.mktime_tz(parsed) - time.time())

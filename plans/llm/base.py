@@ -1,0 +1,120 @@
+"""The model interface: requests, completions, token usage and the ChatModel protocol."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+PURPOSES = ("plan", "replan", "answer")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens one call (or several, added together) consumed, by billing class."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def __radd__(self, other: object) -> Usage:
+        # sum() starts from 0.
+        if other == 0:
+            return self
+        return NotImplemented
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's full reply text with what it cost in tokens and time."""
+
+    text: str
+    usage: Usage
+    model: str
+    latency_ms: int
+
+
+class ModelError(Exception):
+    """The model call failed for good (after any retries); the message is user-readable."""
+
+
+def catalog_text(catalog: list[dict]) -> str:
+    """The tool catalog as the prompt shows it; byte-stable for a given catalog so it caches."""
+    # Sorted by name and keys so registration order cannot change the prefix and spoil the cache.
+    tools = sorted(catalog, key=lambda tool: str(tool.get("name", "")))
+    lines = ",\n".join(json.dumps(tool, ensure_ascii=False, sort_keys=True) for tool in tools)
+    return f"Tool catalog (JSON, one tool per line):\n[\n{lines}\n]"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """Everything one model call sends, plus a structured copy of its inputs in metadata."""
+
+    model: str
+    system: str
+    tools_catalog: list[dict]
+    messages: list[dict]
+    max_tokens: int
+    purpose: str  # "plan" | "replan" | "answer"
+    # The structured inputs (goal, outcomes, catalog) for the offline model; never sent to the API.
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def system_blocks(self) -> list[str]:
+        """The system text, then the catalog if any: together the stable, cacheable prefix."""
+        blocks = [self.system]
+        if self.tools_catalog:
+            blocks.append(catalog_text(self.tools_catalog))
+        return blocks
+
+    def prompt_text(self) -> str:
+        """All text the model reads: system blocks and every message's text."""
+        parts = self.system_blocks()
+        for message in self.messages:
+            parts.append(_content_text(message.get("content", "")))
+        return "\n\n".join(parts)
+
+    def estimated_input_tokens(self) -> int:
+        """A rough count (four characters a token) for budget checks before the call."""
+        return math.ceil(len(self.prompt_text()) / 4)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(block.get("text", "")) if isinstance(block, Mapping) else str(block)
+            for block in content
+        )
+    return str(content)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    def complete(
+        self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> Completion:
+        """Run the request; with on_text, stream each text delta to it as it arrives."""
+        ...

@@ -1,0 +1,430 @@
+"""A deterministic stand-in for a language model: plans the demo goals, answers from outcomes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage
+
+OFFLINE_MODEL_NAME = "offline"
+
+PRICE_GOAL = "Total price of an iPhone 16 and AirPods 4 in INR"
+TRIP_GOAL = "Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights"
+REFUND_GOAL = "Refund order A-1001 for a damaged item"
+RESEARCH_GOAL = "What makes plan-and-execute agents cheaper than ReAct?"
+OFFLINE_DEMO_GOALS: list[str] = [PRICE_GOAL, TRIP_GOAL, REFUND_GOAL, RESEARCH_GOAL]
+
+# Bookings need a name the goal rarely gives; the reviewer sees (and may edit) it before approval.
+DEFAULT_TRAVELLER = "Demo Traveller"
+DEFAULT_REFUND_REASON = "requested by customer"
+
+_ORDER_ID = re.compile(r"\b([A-Za-z]-\d{3,})\b")
+_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
+_NIGHTS = re.compile(r"\b(\d+)\s+nights?\b", re.IGNORECASE)
+_ROUTE = re.compile(
+    r"\bfrom\s+(.+?)\s+to\s+(.+?)(?=\s+(?:on|for|departing|leaving|in)\b|[,.;?!]|$)",
+    re.IGNORECASE,
+)
+_TRAVELLER = re.compile(r"\b(?:for|passenger|guest)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
+_IPHONE = re.compile(r"\biphone\s*(\d+)?", re.IGNORECASE)
+_AIRPODS = re.compile(r"\bairpods\s*(\d+)?", re.IGNORECASE)
+_BLOCKED_REASON = re.compile(r"Reason:\s*(.*?)\.?\s*(?:Do not retry\.?)?\s*$", re.DOTALL)
+_CHUNKS = re.compile(r"(?<=\s)(?=\S)")
+
+
+class OfflineModel:
+    """Plans the four demo goals and writes answers from step outcomes, without any network."""
+
+    name = OFFLINE_MODEL_NAME
+
+    def complete(
+        self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> Completion:
+        started = time.perf_counter()
+        text = self._reply(request)
+        if on_text is not None:
+            for chunk in _CHUNKS.split(text):
+                if chunk:
+                    on_text(chunk)
+        usage = Usage(
+            input_tokens=request.estimated_input_tokens(),
+            output_tokens=math.ceil(len(text) / 4),
+        )
+        latency_ms = round((time.perf_counter() - started) * 1000)
+        return Completion(text=text, usage=usage, model=OFFLINE_MODEL_NAME, latency_ms=latency_ms)
+
+    def _reply(self, request: ModelRequest) -> str:
+        goal = request.metadata.get("goal")
+        if not isinstance(goal, str):
+            raise ModelError("The offline model needs the goal in the request's metadata.")
+        if request.purpose in ("plan", "replan"):
+            # A repair request gets the same plan: the demo plans are valid as they stand.
+            return json.dumps(plan_for_goal(goal), ensure_ascii=False)
+        if request.purpose == "answer":
+            return answer_for(goal, list(request.metadata.get("outcomes") or []))
+        raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
+
+
+def goal_kind(goal: str) -> str | None:
+    """Which demo the goal is: "refund", "trip", "price", "research" or None."""
+    text = goal.lower()
+    if "refund" in text and _ORDER_ID.search(goal):
+        return "refund"
+    if ("trip" in text or "book" in text) and any(w in text for w in ("flight", "hotel", "goa")):
+        return "trip"
+    if "trip" in text and _ROUTE.search(goal):
+        return "trip"
+    if "iphone" in text or "airpods" in text:
+        return "price"
+    if (
+        "plan-and-execute" in text
+        or "plan and execute" in text
+        or re.search(r"\breact\b", text)
+        or "agent" in text
+    ):
+        return "research"
+    return None
+
+
+def plan_for_goal(goal: str) -> dict[str, Any]:
+    """The plan JSON the offline model replies with; no steps and a reason for other goals."""
+    kind = goal_kind(goal)
+    if kind == "price":
+        return _price_plan(goal)
+    if kind == "trip":
+        return _trip_plan(goal)
+    if kind == "refund":
+        return _refund_plan(goal)
+    if kind == "research":
+        return _research_plan(goal)
+    listed = "; ".join(f'"{demo}"' for demo in OFFLINE_DEMO_GOALS)
+    return {
+        "steps": [],
+        "reason": (
+            f"The offline model plans only these demo goals: {listed}. "
+            "Set ANTHROPIC_API_KEY to plan other goals with Claude."
+        ),
+    }
+
+
+def _step(step_id: int, tool: str, args: dict[str, Any], depends_on: list[int]) -> dict[str, Any]:
+    return {"id": step_id, "tool": tool, "args": args, "depends_on": depends_on}
+
+
+def _price_plan(goal: str) -> dict[str, Any]:
+    items = []
+    if match := _IPHONE.search(goal):
+        items.append(f"iPhone {match.group(1) or '16'}")
+    if match := _AIRPODS.search(goal):
+        items.append(f"AirPods {match.group(1) or '4'}")
+    steps = [_step(n, "price", {"item": item}, []) for n, item in enumerate(items, start=1)]
+    if len(steps) > 1:
+        expression = "+".join(f"{{{{{n}}}}}" for n in range(1, len(steps) + 1))
+        steps.append(
+            _step(
+                len(steps) + 1,
+                "calculator",
+                {"expression": expression},
+                list(range(1, len(steps) + 1)),
+            )
+        )
+    return {"steps": steps}
+
+
+def _trip_plan(goal: str) -> dict[str, Any]:
+    route = _ROUTE.search(goal)
+    date = _DATE.search(goal)
+    nights = _NIGHTS.search(goal)
+    missing = [
+        name
+        for name, found in (
+            ("where from and to", route),
+            ("the date (YYYY-MM-DD)", date),
+            ("the number of nights", nights),
+        )
+        if not found
+    ]
+    if missing or route is None or date is None or nights is None:
+        return {
+            "steps": [],
+            "reason": (
+                f'The offline model needs {_joined(missing)} to plan a trip, as in "{TRIP_GOAL}".'
+            ),
+        }
+    origin, destination = route.group(1).strip(), route.group(2).strip()
+    day, night_count = date.group(1), int(nights.group(1))
+    traveller = _TRAVELLER.search(goal)
+    name = traveller.group(1) if traveller else DEFAULT_TRAVELLER
+    return {
+        "steps": [
+            _step(
+                1, "flight_price", {"origin": origin, "destination": destination, "date": day}, []
+            ),
+            _step(2, "hotel_price", {"city": destination, "nights": night_count}, []),
+            _step(3, "calculator", {"expression": "{{1}}+{{2}}"}, [1, 2]),
+            _step(
+                4,
+                "book_flight",
+                {
+                    "origin": origin,
+                    "destination": destination,
+                    "date": day,
+                    "passenger": name,
+                    "price_inr": "{{1}}",
+                },
+                [1, 3],
+            ),
+            _step(
+                5,
+                "book_hotel",
+                {
+                    "city": destination,
+                    "check_in": day,
+                    "nights": night_count,
+                    "guest": name,
+                    "price_inr": "{{2}}",
+                },
+                [2, 3],
+            ),
+        ]
+    }
+
+
+def _refund_plan(goal: str) -> dict[str, Any]:
+    match = _ORDER_ID.search(goal)
+    assert match is not None  # goal_kind checked it
+    order_id = match.group(1).upper()
+    reason_match = re.search(
+        r"\bfor\s+(?:an?\s+|the\s+)?(.+?)[\s.?!]*$", goal[match.end() :], re.IGNORECASE
+    )
+    reason = reason_match.group(1) if reason_match else DEFAULT_REFUND_REASON
+    customer = f"customer-{order_id.lower().replace('-', '')}@example.com"
+    return {
+        "steps": [
+            _step(1, "order_total", {"order_id": order_id}, []),
+            _step(
+                2,
+                "issue_refund",
+                {"order_id": order_id, "amount_inr": "{{1}}", "reason": reason},
+                [1],
+            ),
+            _step(
+                3,
+                "send_email",
+                {
+                    "to": customer,
+                    "subject": "Your refund",
+                    "body": f"We refunded INR {{{{1}}}} for order {order_id}. Reference: {{{{2}}}}",
+                },
+                [1, 2],
+            ),
+        ]
+    }
+
+
+def _research_plan(goal: str) -> dict[str, Any]:
+    text = goal.lower()
+    if goal.strip() == RESEARCH_GOAL:
+        queries = ["plan-and-execute agent cost", "ReAct agent model calls"]
+    else:
+        first = goal.strip().rstrip("?.! ")[:200]
+        second = (
+            "ReAct agent model calls"
+            if re.search(r"\breact\b", text)
+            else "plan-and-execute agent trade-offs"
+        )
+        queries = [first, second]
+    return {"steps": [_step(n, "search", {"query": q}, []) for n, q in enumerate(queries, 1)]}
+
+
+# --- Answers -----------------------------------------------------------------------------
+
+
+def answer_for(goal: str, outcomes: list[Mapping[str, Any]]) -> str:
+    """Deterministic prose from the outcomes alone; names every step that did not succeed."""
+    if not outcomes:
+        return "No steps ran, so there are no results to answer the goal with."
+    kind = goal_kind(goal)
+    headline = {
+        "price": _price_answer,
+        "trip": _trip_answer,
+        "refund": _refund_answer,
+        "research": _research_answer,
+    }.get(kind or "", _listing_answer)(outcomes)
+    if not headline:
+        headline = _listing_answer(outcomes)
+    problems = " ".join(_problem_sentence(o) for o in outcomes if o.get("status") != "succeeded")
+    return f"{headline}\n\n{problems}" if problems else headline
+
+
+def _succeeded(outcomes: list[Mapping[str, Any]], tool: str) -> list[Mapping[str, Any]]:
+    return [o for o in outcomes if o.get("tool") == tool and o.get("status") == "succeeded"]
+
+
+def _first(outcomes: list[Mapping[str, Any]], tool: str) -> Mapping[str, Any] | None:
+    return next((o for o in outcomes if o.get("tool") == tool), None)
+
+
+def _args(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
+    args = outcome.get("args")
+    return args if isinstance(args, Mapping) else {}
+
+
+def _number(value: Any) -> str:
+    """A number as plain digits (92800), never reformatted."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _inr(value: Any, *, grouped: bool = False) -> str:
+    """An INR amount in plain digits; a headline total also gets digit grouping alongside."""
+    plain = f"INR {_number(value)}"
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if grouped and numeric and abs(value) >= 1000:
+        digits = f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+        return f"{plain} ({digits})"
+    return plain
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _number(value)
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _reference(result: Any) -> str:
+    if isinstance(result, Mapping) and result.get("reference"):
+        return str(result["reference"])
+    return _value_text(result)
+
+
+def _joined(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _problem_sentence(outcome: Mapping[str, Any]) -> str:
+    label = f"Step {outcome.get('id')} ({outcome.get('tool')})"
+    status = outcome.get("status")
+    text = _value_text(outcome.get("error") or outcome.get("result") or "").strip()
+    if status == "blocked":
+        match = _BLOCKED_REASON.search(text)
+        reason = (match.group(1) if match else text).strip().rstrip(".")
+        return f"{label} was declined by a reviewer, so it did not run. Reason: {reason}."
+    if status == "failed":
+        return f"{label} failed: {text.rstrip('.')}."
+    if status == "skipped":
+        detail = text.removeprefix("skipped:").strip().rstrip(".")
+        return f"{label} was skipped: {detail}." if detail else f"{label} was skipped."
+    return f"{label} did not finish (status {status})."
+
+
+def _price_answer(outcomes: list[Mapping[str, Any]]) -> str:
+    prices = [
+        (str(_args(o).get("item", "?")), o.get("result")) for o in _succeeded(outcomes, "price")
+    ]
+    each = _joined([f"{item} costs INR {_number(value)}" for item, value in prices])
+    totals = _succeeded(outcomes, "calculator")
+    if totals and len(prices) > 1:
+        items = _joined([item for item, _ in prices])
+        return (
+            f"The total price of {items} is {_inr(totals[0].get('result'), grouped=True)}. {each}."
+        )
+    if totals:
+        return f"The total price is {_inr(totals[0].get('result'), grouped=True)}."
+    if len(prices) == 1:
+        item, value = prices[0]
+        return f"The price of {item} is {_inr(value)}."
+    if prices:
+        return f"The total could not be worked out. {each}."
+    return ""
+
+
+def _trip_answer(outcomes: list[Mapping[str, Any]]) -> str:
+    sentences = []
+    for outcome in _succeeded(outcomes, "flight_price"):
+        args = _args(outcome)
+        sentences.append(
+            f"The flight from {args.get('origin')} to {args.get('destination')} on "
+            f"{args.get('date')} costs {_inr(outcome.get('result'))}."
+        )
+    for outcome in _succeeded(outcomes, "hotel_price"):
+        args = _args(outcome)
+        sentences.append(
+            f"The hotel in {args.get('city')} for {args.get('nights')} nights costs "
+            f"{_inr(outcome.get('result'))}."
+        )
+    for outcome in _succeeded(outcomes, "calculator"):
+        sentences.append(f"The trip totals {_inr(outcome.get('result'), grouped=True)}.")
+    for tool, what in (("book_flight", "flight"), ("book_hotel", "hotel")):
+        for outcome in _succeeded(outcomes, tool):
+            sentences.append(
+                f"The {what} is booked (reference {_reference(outcome.get('result'))})."
+            )
+        booking = _first(outcomes, tool)
+        if booking is not None and booking.get("status") != "succeeded":
+            sentences.append(f"The {what} was not booked.")
+    return " ".join(sentences)
+
+
+def _refund_answer(outcomes: list[Mapping[str, Any]]) -> str:
+    sentences = []
+    for outcome in _succeeded(outcomes, "order_total"):
+        sentences.append(
+            f"Order {_args(outcome).get('order_id')} totals {_inr(outcome.get('result'))}."
+        )
+    for outcome in _succeeded(outcomes, "issue_refund"):
+        args = _args(outcome)
+        sentences.append(
+            f"Refunded {_inr(args.get('amount_inr'))} for order {args.get('order_id')} "
+            f"(reference {_reference(outcome.get('result'))})."
+        )
+    refund = _first(outcomes, "issue_refund")
+    if refund is not None and refund.get("status") != "succeeded":
+        sentences.append("The refund was not issued.")
+    for outcome in _succeeded(outcomes, "send_email"):
+        sentences.append(f"The customer was emailed at {_args(outcome).get('to')}.")
+    return " ".join(sentences)
+
+
+def _research_answer(outcomes: list[Mapping[str, Any]]) -> str:
+    seen: set[str] = set()
+    findings = []
+    for outcome in _succeeded(outcomes, "search"):
+        hits = outcome.get("result")
+        for hit in hits if isinstance(hits, list) else []:
+            if not isinstance(hit, Mapping):
+                continue
+            doc = str(hit.get("doc", ""))
+            if doc in seen:
+                continue
+            seen.add(doc)
+            cite = hit.get("cite") or f"[{doc}]"
+            snippet = str(hit.get("snippet", "")).strip().rstrip(".")
+            title = str(hit.get("title", "")).strip()
+            findings.append(f"- {title}: {snippet} {cite}." if title else f"- {snippet} {cite}.")
+    if findings:
+        return "From the documents found:\n" + "\n".join(findings)
+    if _succeeded(outcomes, "search"):
+        return "The searches found no documents on this."
+    return ""
+
+
+def _listing_answer(outcomes: list[Mapping[str, Any]]) -> str:
+    results = [
+        f"step {o.get('id')} ({o.get('tool')}) returned {_value_text(o.get('result'))}"
+        for o in outcomes
+        if o.get("status") == "succeeded"
+    ]
+    if not results:
+        return "No step succeeded, so the goal could not be answered."
+    return "Results: " + "; ".join(results) + "."

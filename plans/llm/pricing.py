@@ -1,0 +1,54 @@
+"""Where cost is computed: USD per million tokens, with cache reads and writes priced apart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+
+from plans.llm.base import ModelRequest, Usage
+
+PRICE_KEYS = ("input", "output", "cache_read", "cache_write")
+COST_QUANTUM = Decimal("1e-8")  # matches the 8 decimal places of ModelCall.cost_usd
+_PER_MILLION = Decimal(1_000_000)
+
+
+def prices_for(model: str) -> dict[str, float]:
+    """The prices configured for a model in settings.AGENTSITE_MODEL_PRICES (a copy)."""
+    table = settings.AGENTSITE_MODEL_PRICES
+    if model not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise ValueError(
+            f"no prices configured for model {model!r} in AGENTSITE_MODEL_PRICES "
+            f"(known models: {known})"
+        )
+    prices = dict(table[model])
+    missing = [key for key in PRICE_KEYS if key not in prices]
+    if missing:
+        raise ValueError(f"AGENTSITE_MODEL_PRICES[{model!r}] lacks {', '.join(missing)}")
+    return prices
+
+
+def _price(prices: Mapping[str, float], key: str) -> Decimal:
+    if key not in prices:
+        raise ValueError(f"prices lack {key!r} (need {', '.join(PRICE_KEYS)})")
+    # str() first so 0.30 stays 0.30 rather than its binary approximation.
+    return Decimal(str(prices[key]))
+
+
+def cost_usd(usage: Usage, prices: Mapping[str, float]) -> Decimal:
+    """What the usage costs in USD, exact to 1e-8."""
+    total = (
+        _price(prices, "input") * usage.input_tokens
+        + _price(prices, "output") * usage.output_tokens
+        + _price(prices, "cache_read") * usage.cache_read_tokens
+        + _price(prices, "cache_write") * usage.cache_write_tokens
+    )
+    return (total / _PER_MILLION).quantize(COST_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def estimate_cost_usd(request: ModelRequest, prices: Mapping[str, float]) -> Decimal:
+    """A pessimistic estimate before the call: estimated input at full price, max_tokens output."""
+    usage = Usage(input_tokens=request.estimated_input_tokens(), output_tokens=request.max_tokens)
+    return cost_usd(usage, prices)

@@ -1,0 +1,118 @@
+"""Run a goal from the command line through the same services the dashboard uses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from plans.execution import advance_run
+from plans.models import Approval, Run
+from plans.services.approvals import approvals_decide
+from plans.services.runs import GoalRejected, run_create, run_summary
+
+EXIT_INVALID_PLAN = 2
+EXIT_NOT_COMPLETED = 3
+CLI_USERNAME = "cli"
+
+
+class Command(BaseCommand):
+    help = "Plan and run GOAL (or run --plan-file), printing the outcome."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("goal", help="what the agent should achieve")
+        parser.add_argument(
+            "--plan-file", type=Path, help='a JSON {"steps": [...]} plan; skips the planner'
+        )
+        decisions = parser.add_mutually_exclusive_group()
+        decisions.add_argument(
+            "--approve-all", action="store_true", help="approve every destructive step"
+        )
+        decisions.add_argument(
+            "--reject-destructive", action="store_true", help="reject every destructive step"
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--author", default=CLI_USERNAME, help="username to submit as")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        plan_data = _read_plan_file(options["plan_file"]) if options["plan_file"] else None
+        author, _ = get_user_model().objects.get_or_create(username=options["author"])
+        try:
+            run = run_create(author=author, goal_text=options["goal"], plan_data=plan_data)
+        except GoalRejected as error:
+            raise CommandError(str(error)) from error
+
+        while not run.is_terminal:
+            advance_run(run.pk)
+            run.refresh_from_db()
+            if run.status != Run.Status.AWAITING_APPROVAL:
+                continue
+            pending = list(run.approvals.filter(decision=Approval.Decision.PENDING))
+            if not pending or not (options["approve_all"] or options["reject_destructive"]):
+                break
+            approvals_decide(
+                approvals=pending,
+                reviewer=None,
+                approve=options["approve_all"],
+                reason="" if options["approve_all"] else "rejected from the command line",
+                via="cli",
+                resume=False,
+            )
+        self._report(run, as_json=options["json"])
+        if run.status == Run.Status.INVALID_PLAN:
+            sys.exit(EXIT_INVALID_PLAN)
+        if run.status != Run.Status.COMPLETED:
+            sys.exit(EXIT_NOT_COMPLETED)
+
+    def _report(self, run: Run, *, as_json: bool) -> None:
+        summary = run_summary(run)
+        if as_json:
+            if run.status == Run.Status.INVALID_PLAN:
+                summary = {
+                    "run_id": run.pk,
+                    "status": run.status,
+                    "problems": summary["plan"]["problems"],
+                }
+            self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
+            return
+        self.stdout.write(f"run {run.pk}: {run.status}")
+        if run.status == Run.Status.INVALID_PLAN:
+            self.stdout.write("The plan is invalid:")
+            for problem in summary["plan"]["problems"]:
+                self.stdout.write(f"  - {problem}")
+            return
+        for depth, step_ids in enumerate(summary["rounds"], start=1):
+            self.stdout.write(f"round {depth}:")
+            for step_id in step_ids:
+                step = summary["steps"][str(step_id)]
+                outcome = step["error"] if step["status"] != "succeeded" else step["result"]
+                outcome_text = json.dumps(outcome, ensure_ascii=False)
+                self.stdout.write(f"  step {step_id} {step['status']}: {outcome_text}")
+        if run.answer:
+            self.stdout.write("")
+            self.stdout.write(run.answer)
+        if run.error:
+            self.stdout.write(f"error: {run.error}")
+        tokens = summary["tokens"]
+        self.stdout.write(
+            f"\n{summary['model_calls']} model calls, "
+            f"{tokens['input']} in / {tokens['output']} out / "
+            f"{tokens['cache_read']} cached tokens, "
+            f"${summary['cost_usd']:.6f}"
+        )
+
+
+def _read_plan_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise CommandError(f"plan file {path} does not exist") from error
+    except json.JSONDecodeError as error:
+        raise CommandError(
+            f"plan file {path} is not valid JSON: {error.msg} at line {error.lineno} "
+            f"column {error.colno}"
+        ) from error

@@ -1,0 +1,319 @@
+"""Goals, runs, plans, steps, approvals and the audit records of every model and tool call."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Goal(models.Model):
+    """What an author asked for, with the options that shape its runs."""
+
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="goals"
+    )
+    text = models.TextField()
+    run_dependants_of_failures = models.BooleanField(
+        default=False, help_text="Let dependants of a failed step run with the error text."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["author", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Run(models.Model):
+    """One attempt at a goal: its plans, its steps' outcomes, its answer and what it cost."""
+
+    class Status(models.TextChoices):
+        PLANNING = "planning"
+        RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        BLOCKED = "blocked"
+        BUDGET_EXHAUSTED = "budget_exhausted"
+        INVALID_PLAN = "invalid_plan"
+        CANCELLED = "cancelled"
+
+    TERMINAL = frozenset(
+        {
+            Status.COMPLETED,
+            Status.FAILED,
+            Status.BLOCKED,
+            Status.BUDGET_EXHAUSTED,
+            Status.INVALID_PLAN,
+            Status.CANCELLED,
+        }
+    )
+
+    goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(max_length=20, choices=Status, default=Status.PLANNING)
+    answer = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+
+    budget_usd = models.DecimalField(max_digits=12, decimal_places=6)
+    budget_tokens = models.PositiveIntegerField()
+    max_parallel_steps = models.PositiveIntegerField(default=16)
+    cancel_requested = models.BooleanField(default=False)
+
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
+    model_call_count = models.PositiveIntegerField(default=0)
+    round_count = models.PositiveIntegerField(default=0)
+
+    # Denormalised for the runs list: filter by tool without a join per row.
+    tools_used = models.JSONField(default=list, blank=True)
+
+    # Event seq allocation and the single-writer lease (fencing token).
+    last_seq = models.PositiveBigIntegerField(default=0)
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at"]),
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["cost_usd"]),
+            models.Index(fields=["lease_expires_at"], name="run_lease_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Plan(models.Model):
+    """A version of a run's plan; a replan is a new version pointing at its parent."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="plans")
+    version = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT)
+    source = models.CharField(max_length=20, default="planner")  # planner, replan, file
+    raw_output = models.TextField(blank=True, help_text="The planner's text exactly as returned.")
+    is_valid = models.BooleanField(default=False)
+    problems = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "version"], name="plan_version_unique_per_run"),
+        ]
+        ordering = ["run", "version"]
+
+    def __str__(self) -> str:
+        return f"plan v{self.version} of run {self.run_id}"
+
+
+class Step(models.Model):
+    """One node of a plan: a tool call whose arguments may use results of its dependencies."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+        BLOCKED = "blocked"
+
+    FINISHED = frozenset({Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.BLOCKED})
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="steps")
+    step_id = models.PositiveIntegerField(help_text="The id the plan gives the step.")
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(default=dict)
+    depends_on = models.JSONField(default=list)
+    destructive = models.BooleanField(default=False)
+    round = models.PositiveIntegerField(help_text="Depth in the DAG; roots are round 1.")
+
+    status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
+    resolved_args = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "step_id"], name="step_id_unique_per_plan"),
+        ]
+        indexes = [models.Index(fields=["tool"])]
+        ordering = ["plan", "step_id"]
+
+    def __str__(self) -> str:
+        return f"step {self.step_id} ({self.tool})"
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Approval(models.Model):
+    """A reviewer's decision on one destructive call, bound to the hash of its exact arguments."""
+
+    class Decision(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
+    tool = models.CharField(max_length=100)
+    requested_args = models.JSONField(help_text="The resolved arguments the executor asked about.")
+    args = models.JSONField(help_text="The arguments decided on (a reviewer may edit them).")
+    args_sha256 = models.CharField(max_length=64)
+    decision = models.CharField(max_length=10, choices=Decision, default=Decision.PENDING)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    via = models.CharField(max_length=10, blank=True, help_text="web or cli")
+    reason = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"],
+                condition=Q(decision="pending"),
+                name="one_pending_approval_per_step",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["decision", "-requested_at"]),
+            models.Index(fields=["run", "decision"]),
+        ]
+        permissions = [("decide_approval", "Can approve or reject destructive steps")]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.tool} for run {self.run_id}"
+
+
+class RunEvent(models.Model):
+    """Append-only log of everything that happened in a run; seq is contiguous per run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="event_seq_unique_per_run"),
+        ]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind}"
+
+
+class ModelCall(models.Model):
+    """One call to a language model, with the usage and the prices it was charged at."""
+
+    class Purpose(models.TextChoices):
+        PLAN = "plan"
+        REPLAN = "replan"
+        ANSWER = "answer"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
+    purpose = models.CharField(max_length=10, choices=Purpose)
+    model = models.CharField(max_length=100)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_read_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
+    prices = models.JSONField(help_text="USD per million tokens charged for this call.")
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8)
+    latency_ms = models.PositiveIntegerField()
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["run", "created_at"]),
+            models.Index(fields=["created_at"]),
+            models.Index(fields=["model", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} via {self.model}"
+
+
+class ToolCall(models.Model):
+    """One invocation of a tool for a step (a retry is another attempt)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="tool_calls")
+    tool = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+    args = models.JSONField()
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    idempotency_key = models.CharField(max_length=64)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step", "attempt"], name="tool_call_attempt_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "started_at"]),
+            models.Index(fields=["tool", "started_at"]),
+            models.Index(fields=["idempotency_key"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} attempt {self.attempt}"
+
+
+class LedgerEntry(models.Model):
+    """The demo tools' side effects (refunds, bookings, emails), once per idempotency key."""
+
+    kind = models.CharField(max_length=20)
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    details = models.JSONField()
+    reference = models.CharField(max_length=40, default="", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.reference}"

@@ -1,0 +1,211 @@
+"""Where approvals are decided: the gate the executor consults, and reviewers' decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from plans.engine import args_sha256, check_args
+from plans.events import INBOX_GROUP, append_events, group_send
+from plans.models import Approval, Run, Step
+from plans.tools import get_registry
+
+
+class ApprovalRefused(Exception):
+    """A decision that cannot be recorded; the message says why, and nothing was changed."""
+
+
+class Verdict(StrEnum):
+    MISSING = "missing"
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    verdict: Verdict
+    approval: Approval | None = None
+
+    @property
+    def call_args(self) -> dict[str, Any]:
+        """The arguments the reviewer approved (possibly edited), which the call must use."""
+        assert self.verdict is Verdict.APPROVED and self.approval is not None
+        return self.approval.args
+
+
+def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecision:
+    """May this destructive step run with exactly these arguments? Keyed on the call."""
+    latest = step.approvals.order_by("-requested_at", "-pk").first()
+    if latest is None or args_sha256(step.tool, latest.requested_args) != args_sha256(
+        step.tool, resolved_args
+    ):
+        # No decision was ever asked for these arguments; an old one does not carry over.
+        return GateDecision(Verdict.MISSING)
+    if latest.decision == Approval.Decision.PENDING:
+        return GateDecision(Verdict.PENDING, latest)
+    if latest.decision == Approval.Decision.REJECTED:
+        return GateDecision(Verdict.REJECTED, latest)
+    if latest.args_sha256 != args_sha256(step.tool, latest.args):
+        # The stored arguments no longer match what was approved: treat as never approved.
+        return GateDecision(Verdict.MISSING)
+    return GateDecision(Verdict.APPROVED, latest)
+
+
+def approval_is_valid_for_call(approval: Approval | None, *, tool: str, args: Mapping) -> bool:
+    """The last check before a destructive tool runs: an approval bound to these exact args."""
+    return (
+        approval is not None
+        and approval.decision == Approval.Decision.APPROVED
+        and approval.tool == tool
+        and approval.args_sha256 == args_sha256(tool, args)
+    )
+
+
+def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:
+    """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
+    return Approval(
+        run_id=run_id,
+        step=step,
+        tool=step.tool,
+        requested_args=resolved_args,
+        args=resolved_args,
+        args_sha256=args_sha256(step.tool, resolved_args),
+    )
+
+
+def approval_decide(
+    *,
+    approval: Approval,
+    reviewer: AbstractBaseUser | None,
+    approve: bool,
+    reason: str = "",
+    edited_args: Mapping[str, Any] | None = None,
+    via: str = "web",
+    resume: bool = True,
+) -> Approval:
+    """Record a reviewer's decision; refuses (changing nothing) when it may not be made."""
+    return approvals_decide(
+        approvals=[approval],
+        reviewer=reviewer,
+        approve=approve,
+        reason=reason,
+        edited_args={approval.pk: edited_args} if edited_args is not None else None,
+        via=via,
+        resume=resume,
+    )[0]
+
+
+def approvals_decide(
+    *,
+    approvals: list[Approval],
+    reviewer: AbstractBaseUser | None,
+    approve: bool,
+    reason: str = "",
+    edited_args: Mapping[int, Mapping[str, Any]] | None = None,
+    via: str = "web",
+    resume: bool = True,
+) -> list[Approval]:
+    """Decide several approvals together, all or nothing."""
+    reason = reason.strip()
+    if not approve and not reason:
+        raise ApprovalRefused("A reason is required to reject.")
+    if via == "web":
+        _check_reviewer_may_decide(reviewer)
+    edited_args = edited_args or {}
+    decided: list[Approval] = []
+    runs_to_resume: set[int] = set()
+    with transaction.atomic():
+        for approval in approvals:
+            locked = (
+                Approval.objects.select_for_update()
+                .select_related("run__goal__author", "reviewer")
+                .get(pk=approval.pk)
+            )
+            _check_decision_allowed(locked, reviewer, via)
+            args = edited_args.get(locked.pk)
+            if args is not None and approve:
+                locked.args = _validated_edit(locked.tool, args)
+            locked.args_sha256 = args_sha256(locked.tool, locked.args)
+            locked.decision = Approval.Decision.APPROVED if approve else Approval.Decision.REJECTED
+            locked.reviewer = reviewer
+            locked.via = via
+            locked.reason = reason
+            locked.decided_at = timezone.now()
+            locked.save()
+            append_events(
+                locked.run_id,
+                [
+                    (
+                        "approval_decided",
+                        {
+                            "approval": locked.pk,
+                            "step": locked.step.step_id,
+                            "tool": locked.tool,
+                            "decision": locked.decision,
+                            "reviewer": reviewer.get_username() if reviewer else via,
+                            "reason": reason,
+                            "args": locked.args,
+                            "edited": locked.args != locked.requested_args,
+                            "args_sha256": locked.args_sha256,
+                        },
+                    )
+                ],
+            )
+            if locked.run.status == Run.Status.AWAITING_APPROVAL:
+                runs_to_resume.add(locked.run_id)
+            decided.append(locked)
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+        if resume:
+            from plans.tasks import run_enqueue
+
+            for run_id in sorted(runs_to_resume):
+                run_enqueue(run_id)
+    return decided
+
+
+def _check_reviewer_may_decide(reviewer: AbstractBaseUser | None) -> None:
+    if reviewer is None or not reviewer.is_authenticated:
+        raise ApprovalRefused("You must be signed in to decide approvals.")
+    if not reviewer.has_perm("plans.decide_approval"):
+        raise ApprovalRefused("You do not have permission to approve or reject destructive steps.")
+
+
+def _check_decision_allowed(
+    approval: Approval, reviewer: AbstractBaseUser | None, via: str
+) -> None:
+    if approval.decision != Approval.Decision.PENDING:
+        who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
+        raise ApprovalRefused(
+            f"This {approval.tool} step was already {approval.decision} by {who}; "
+            "a decision is final."
+        )
+    if approval.run.is_terminal:
+        raise ApprovalRefused(f"The run has ended ({approval.run.status}); nothing to decide.")
+    if (
+        via == "web"
+        and settings.AGENTSITE_FOUR_EYES
+        and reviewer is not None
+        and approval.run.goal.author_id == reviewer.pk
+    ):
+        raise ApprovalRefused(
+            "Four-eyes rule: you submitted this goal, so another reviewer must decide its "
+            "destructive steps."
+        )
+
+
+def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    spec = get_registry().get(tool)
+    if spec is None:
+        raise ApprovalRefused(f"Tool {tool!r} is no longer registered.")
+    problems = check_args(spec.schema, dict(args))
+    if problems:
+        raise ApprovalRefused("The edited arguments are invalid: " + "; ".join(problems) + ".")
+    return dict(args)

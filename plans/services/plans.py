@@ -1,0 +1,159 @@
+"""Turning planner output or a plan file into a stored, validated plan version."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from plans import engine
+from plans.events import append_events
+from plans.leases import Lease
+from plans.llm import Completion, ModelRequest, model_for
+from plans.llm.prompts import planner_request, repair_request
+from plans.models import Plan, Run, Step
+from plans.tools import get_registry, tool_catalog_for_prompt
+
+
+def plan_current(run: Run) -> Plan | None:
+    """The run's latest valid plan version, if any."""
+    return run.plans.filter(is_valid=True).order_by("-version").first()
+
+
+def plan_to_engine(plan: Plan) -> engine.Plan:
+    return engine.Plan(
+        steps=tuple(
+            engine.PlanStep(
+                id=step.step_id,
+                tool=step.tool,
+                args=step.args,
+                depends_on=tuple(step.depends_on),
+            )
+            for step in plan.steps.all()
+        )
+    )
+
+
+def plan_check(data: Any, *, max_steps: int | None) -> tuple[engine.Plan | None, list[str]]:
+    """Validate plan data against the registered tools: (plan, []) or (None, problems)."""
+    try:
+        return engine.validate_plan(data, get_registry(), max_steps=max_steps), []
+    except engine.PlanInvalid as invalid:
+        return None, [str(problem) for problem in invalid.problems]
+
+
+def plan_parse_and_check(
+    text: str, *, max_steps: int | None
+) -> tuple[engine.Plan | None, list[str], Any]:
+    """Parse planner text and validate it: (plan, problems, parsed data or None)."""
+    try:
+        data = engine.parse_planner_output(text)
+    except engine.PlanParseError as error:
+        return None, [str(error)], None
+    plan, problems = plan_check(data, max_steps=max_steps)
+    return plan, problems, data
+
+
+def plan_from_planner(
+    *,
+    run: Run,
+    call_model: Callable[[ModelRequest], Completion | None],
+    lease: Lease | None,
+) -> Plan | None:
+    """Ask the model for a plan, with one repair round; None if a model call ended the run."""
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    request = planner_request(
+        goal=run.goal.text,
+        catalog=tool_catalog_for_prompt(get_registry()),
+        max_steps=max_steps,
+        model=model_for("plan"),
+    )
+    completion = call_model(request)
+    if completion is None:
+        return None
+    plan, problems, data = plan_parse_and_check(completion.text, max_steps=max_steps)
+    raw_output = completion.text
+    declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
+    if problems and not declined:
+        # One repair round: the problems go back to the model once.
+        repair = repair_request(request, bad_output=completion.text, problems=problems)
+        completion = call_model(repair)
+        if completion is None:
+            return None
+        raw_output = completion.text
+        plan, problems, _ = plan_parse_and_check(completion.text, max_steps=max_steps)
+    return plan_store(
+        run=run, raw_output=raw_output, plan=plan, problems=problems, source="planner", lease=lease
+    )
+
+
+def plan_store(
+    *,
+    run: Run,
+    raw_output: str,
+    plan: engine.Plan | None,
+    problems: list[str],
+    source: str,
+    lease: Lease | None = None,
+) -> Plan:
+    """Store a plan version and its steps; an invalid plan ends the run as invalid_plan."""
+    registry = get_registry()
+    with transaction.atomic():
+        latest = run.plans.aggregate(version=Max("version"))["version"] or 0
+        parent = run.plans.filter(version=latest).first() if latest else None
+        row = Plan.objects.create(
+            run=run,
+            version=latest + 1,
+            parent=parent,
+            source=source,
+            raw_output=raw_output,
+            is_valid=plan is not None,
+            problems=problems,
+        )
+        run_fields: dict[str, Any] = {}
+        if plan is not None:
+            depths = engine.depths(plan)
+            Step.objects.bulk_create(
+                [
+                    Step(
+                        plan=row,
+                        step_id=step.id,
+                        tool=step.tool,
+                        args=step.args,
+                        depends_on=list(step.depends_on),
+                        destructive=registry[step.tool].destructive,
+                        round=depths[step.id],
+                    )
+                    for step in plan.steps
+                ]
+            )
+            run_fields["tools_used"] = sorted({step.tool for step in plan.steps})
+            events = [
+                (
+                    "plan_created",
+                    {
+                        "version": row.version,
+                        "source": source,
+                        "plan": plan.to_json(),
+                        "rounds": engine.rounds(plan),
+                    },
+                )
+            ]
+        else:
+            now = timezone.now()
+            run_fields.update(
+                status=Run.Status.INVALID_PLAN, finished_at=now, error="; ".join(problems)
+            )
+            events = [
+                ("plan_invalid", {"version": row.version, "source": source, "problems": problems}),
+                ("run_finished", {"status": Run.Status.INVALID_PLAN}),
+            ]
+        append_events(
+            run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
+        )
+    run.refresh_from_db()
+    return row

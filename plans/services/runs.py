@@ -1,0 +1,139 @@
+"""Creating, starting, cancelling and summarising runs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from plans import engine
+from plans.events import append_events
+from plans.models import Goal, Run
+from plans.services.plans import plan_check, plan_current, plan_store
+
+GOAL_MAX_CHARS = 2000
+
+
+class GoalRejected(ValueError):
+    """The goal text cannot be accepted; the message says why."""
+
+
+def goal_clean(text: str) -> str:
+    text = (text or "").strip()
+    if not text:
+        raise GoalRejected("The goal is empty: say what you want the agent to do.")
+    if len(text) > GOAL_MAX_CHARS:
+        raise GoalRejected(
+            f"The goal is {len(text)} characters long; the limit is {GOAL_MAX_CHARS}."
+        )
+    return text
+
+
+def run_create(
+    *,
+    author: AbstractBaseUser,
+    goal_text: str,
+    plan_data: Any = None,
+    run_dependants_of_failures: bool = False,
+    budget_usd: Decimal | None = None,
+    budget_tokens: int | None = None,
+    max_parallel_steps: int | None = None,
+    lift_plan_step_cap: bool = False,
+) -> Run:
+    """Create a goal and its run; with plan_data the plan is validated now, skipping the planner."""
+    text = goal_clean(goal_text)
+    with transaction.atomic():
+        goal = Goal.objects.create(
+            author=author, text=text, run_dependants_of_failures=run_dependants_of_failures
+        )
+        run = Run.objects.create(
+            goal=goal,
+            budget_usd=Decimal(str(budget_usd or settings.AGENTSITE_RUN_BUDGET_USD)),
+            budget_tokens=budget_tokens or settings.AGENTSITE_RUN_BUDGET_TOKENS,
+            max_parallel_steps=max_parallel_steps or settings.AGENTSITE_MAX_PARALLEL_STEPS,
+        )
+        append_events(run.pk, [("run_created", {"goal": text, "author": author.get_username()})])
+        if plan_data is not None:
+            limit = None if lift_plan_step_cap else settings.AGENTSITE_MAX_PLAN_STEPS
+            plan, problems = plan_check(plan_data, max_steps=limit)
+            plan_store(
+                run=run,
+                raw_output=engine.canonical_json(plan_data),
+                plan=plan,
+                problems=problems,
+                source="file",
+            )
+    return run
+
+
+def run_start(run: Run) -> None:
+    """Hand the run to a worker (after commit); the caller returns at once."""
+    from plans.tasks import run_enqueue
+
+    run_enqueue(run.pk)
+
+
+def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
+    """Ask the run to stop: no new step starts; steps in flight finish and are recorded."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.is_terminal:
+            return locked
+        who = user.get_username() if user else "cli"
+        append_events(
+            locked.pk, [("cancel_requested", {"by": who})], run_fields={"cancel_requested": True}
+        )
+        if locked.status == Run.Status.AWAITING_APPROVAL or locked.lease_token is None:
+            # Nobody is advancing it: a worker picks it up and ends it cleanly.
+            run_start(locked)
+    locked.refresh_from_db()
+    return locked
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """Everything the CLI's --json prints about a run."""
+    plan = plan_current(run) or run.plans.order_by("-version").first()
+    steps = list(plan.steps.all()) if plan else []
+    rounds: dict[int, list[int]] = {}
+    for step in steps:
+        rounds.setdefault(step.round, []).append(step.step_id)
+    return {
+        "run_id": run.pk,
+        "status": run.status,
+        "goal": run.goal.text,
+        "plan": {
+            "version": plan.version if plan else None,
+            "valid": plan.is_valid if plan else False,
+            "problems": plan.problems if plan else [],
+            "steps": [
+                {"id": s.step_id, "tool": s.tool, "args": s.args, "depends_on": s.depends_on}
+                for s in steps
+            ],
+        },
+        "rounds": [sorted(rounds[depth]) for depth in sorted(rounds)],
+        "steps": {
+            str(s.step_id): {
+                "status": s.status,
+                "result": s.result,
+                "error": s.error,
+                "round": s.round,
+                "attempts": s.attempts,
+            }
+            for s in steps
+        },
+        "answer": run.answer,
+        "error": run.error,
+        "model_calls": run.model_call_count,
+        "tokens": {
+            "input": run.input_tokens,
+            "output": run.output_tokens,
+            "cache_read": run.cache_read_tokens,
+            "cache_write": run.cache_write_tokens,
+        },
+        "cost_usd": float(run.cost_usd),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }

@@ -1,0 +1,221 @@
+"""The ``@tool`` decorator, tool specs and the registry built from the configured modules."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from plans.tools.schema import IDEMPOTENCY_PARAM, derive
+
+BUILTIN_MODULE = "plans.tools.builtin"
+
+# Tool names must be usable as model API tool names.
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool: its function, what the planner is told about it, and how to run it."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    schema: dict[str, Any]
+    destructive: bool = False
+    timeout_s: float | None = None
+    takes_idempotency_key: bool = False
+    retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
+        """Call the function with ``args``; the executor's key is passed if the tool takes one."""
+        kwargs = dict(args)
+        if self.takes_idempotency_key:
+            kwargs[IDEMPOTENCY_PARAM] = idempotency_key
+        return self.fn(**kwargs)
+
+    @property
+    def origin(self) -> str:
+        """Dotted path of the function, for messages."""
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+# Every decorated function, by defining module then tool name; filled at import time.
+_declared: dict[str, dict[str, ToolSpec]] = {}
+_declared_lock = threading.Lock()
+
+_registry: dict[str, ToolSpec] | None = None
+# Re-entrant so that a tool module calling get_registry() while it is imported gets a clear
+# error instead of a deadlock.
+_registry_lock = threading.RLock()
+_loading = False
+
+
+@overload
+def tool[F: Callable[..., Any]](fn: F, /) -> F: ...
+
+
+@overload
+def tool[F: Callable[..., Any]](
+    *,
+    destructive: bool = False,
+    timeout_s: float | None = None,
+    name: str | None = None,
+    retryable: Iterable[type[BaseException]] = (),
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    destructive: bool = False,
+    timeout_s: float | None = None,
+    name: str | None = None,
+    retryable: Iterable[type[BaseException]] = (),
+) -> Any:
+    """Declare a function as a tool; usable bare (``@tool``) or with options (``@tool(...)``)."""
+    retry_on = _check_options(destructive, timeout_s, name, retryable)
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(func):
+            raise TypeError(f"@tool expects a function, got {func!r}")
+        tool_name = func.__name__ if name is None else name
+        if not _NAME.match(tool_name):
+            raise TypeError(
+                f"@tool {func.__module__}.{func.__qualname__}: name {tool_name!r} must be 1-64 "
+                "letters, digits, '_' or '-'"
+            )
+        derived = derive(func)
+        spec = ToolSpec(
+            name=tool_name,
+            fn=func,
+            description=derived.description,
+            schema=derived.schema,
+            destructive=destructive,
+            timeout_s=None if timeout_s is None else float(timeout_s),
+            takes_idempotency_key=derived.takes_idempotency_key,
+            retryable=retry_on,
+        )
+        _declare(spec)
+        func.tool_spec = spec  # type: ignore[attr-defined]
+        return func
+
+    return decorate if fn is None else decorate(fn)
+
+
+def _check_options(
+    destructive: Any, timeout_s: Any, name: Any, retryable: Any
+) -> tuple[type[BaseException], ...]:
+    if not isinstance(destructive, bool):
+        raise TypeError(f"@tool(destructive=...) must be a bool, got {destructive!r}")
+    if timeout_s is not None and (
+        isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0
+    ):
+        raise TypeError(
+            f"@tool(timeout_s=...) must be a positive number or None, got {timeout_s!r}"
+        )
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"@tool(name=...) must be a str, got {name!r}")
+    if isinstance(retryable, type):
+        retryable = (retryable,)
+    retry_on = tuple(retryable)
+    for exc_type in retry_on:
+        if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+            raise TypeError(f"@tool(retryable=...) must hold exception types, got {exc_type!r}")
+    return retry_on
+
+
+def _declare(spec: ToolSpec) -> None:
+    module = spec.fn.__module__
+    with _declared_lock:
+        tools = _declared.setdefault(module, {})
+        prior = tools.get(spec.name)
+        # Re-decorating the same function (a module reload) replaces its spec.
+        if prior is not None and prior.origin != spec.origin:
+            raise ImproperlyConfigured(_duplicate_message(spec.name, prior, spec))
+        tools[spec.name] = spec
+
+
+def _duplicate_message(name: str, first: ToolSpec, second: ToolSpec) -> str:
+    return f"tool name {name!r} is registered twice: by {first.origin} and by {second.origin}"
+
+
+def tool_modules() -> list[str]:
+    """The modules whose tools form the registry: the built-ins, then the configured ones."""
+    configured = getattr(settings, "AGENTSITE_TOOL_MODULES", [])
+    if isinstance(configured, str) or not all(isinstance(m, str) for m in configured):
+        raise ImproperlyConfigured(
+            f"AGENTSITE_TOOL_MODULES must be a list of module names, got {configured!r}"
+        )
+    return list(dict.fromkeys([BUILTIN_MODULE, *configured]))
+
+
+def get_registry() -> dict[str, ToolSpec]:
+    """Tools by name from the built-ins and settings.AGENTSITE_TOOL_MODULES (loaded once).
+
+    A module contributes the tools decorated in it; list every module that defines tools.
+    """
+    global _registry, _loading
+    registry = _registry
+    if registry is None:
+        with _registry_lock:
+            if _loading:
+                raise ImproperlyConfigured(
+                    "get_registry() was called while the tool modules were being imported; "
+                    "call it when a tool runs, not at import time"
+                )
+            if _registry is None:
+                _loading = True
+                try:
+                    _registry = _load(tool_modules())
+                finally:
+                    _loading = False
+            registry = _registry
+    return dict(registry)
+
+
+def reset_registry() -> None:
+    """Forget the loaded registry so the next get_registry() reads the settings again."""
+    global _registry
+    with _registry_lock:
+        _registry = None
+
+
+def _load(modules: list[str]) -> dict[str, ToolSpec]:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"AGENTSITE_TOOL_MODULES: cannot import tool module {module!r}: {exc}"
+            ) from exc
+    registry: dict[str, ToolSpec] = {}
+    with _declared_lock:
+        for module in modules:
+            for spec in _declared.get(module, {}).values():
+                prior = registry.get(spec.name)
+                if prior is not None:
+                    raise ImproperlyConfigured(_duplicate_message(spec.name, prior, spec))
+                registry[spec.name] = spec
+    return registry
+
+
+def tool_catalog_for_prompt(registry: Mapping[str, ToolSpec]) -> list[dict[str, Any]]:
+    """The tools as the planner sees them, sorted by name."""
+    return [
+        {
+            "name": spec.name,
+            "description": spec.description,
+            "input_schema": copy.deepcopy(spec.schema),
+            "destructive": spec.destructive,
+        }
+        for spec in (registry[name] for name in sorted(registry))
+    ]

@@ -1,0 +1,212 @@
+"""Derive a tool's description and JSON schema from its signature, type hints and docstring."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+IDEMPOTENCY_PARAM = "idempotency_key"
+
+SUPPORTED_HINTS = "str, int, float, bool, list[X], dict, dict[str, X], Literal[...] or X | None"
+
+# Google-style section headers; "Args:" and its synonyms hold the parameter descriptions.
+_ARGS_HEADERS = frozenset({"args", "arguments", "parameters", "params"})
+_OTHER_HEADERS = frozenset(
+    {
+        "returns",
+        "return",
+        "yields",
+        "raises",
+        "examples",
+        "example",
+        "note",
+        "notes",
+        "attributes",
+        "see also",
+        "warning",
+        "warnings",
+    }
+)
+_HEADER = re.compile(r"^\s*([A-Za-z][A-Za-z ]*):\s*$")
+_ARG_ENTRY = re.compile(r"^\*{0,2}(?P<name>\w+)\s*(?:\([^)]*\))?\s*:\s*(?P<text>.*)$")
+
+
+@dataclass(frozen=True)
+class DerivedSignature:
+    """What a tool function's signature and docstring say about it."""
+
+    description: str
+    schema: dict[str, Any]
+    takes_idempotency_key: bool
+
+
+class _Unsupported(Exception):
+    """A type hint outside the supported subset; the message says which."""
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Return (first paragraph as one line, {parameter: description} from the Args section)."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _section_name(line) is not None:
+            break
+        summary.append(line.strip())
+
+    params: dict[str, str] = {}
+    for index, line in enumerate(lines):
+        if _section_name(line) in _ARGS_HEADERS:
+            params = _parse_args_section(lines, index)
+            break
+    return " ".join(summary), params
+
+
+def _section_name(line: str) -> str | None:
+    match = _HEADER.match(line)
+    if match is None:
+        return None
+    name = match.group(1).strip().lower()
+    return name if name in _ARGS_HEADERS or name in _OTHER_HEADERS else None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _parse_args_section(lines: list[str], header_index: int) -> dict[str, str]:
+    header_indent = _indent(lines[header_index])
+    entry_indent: int | None = None
+    params: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines[header_index + 1 :]:
+        if not line.strip():
+            continue
+        indent = _indent(line)
+        if indent <= header_indent:
+            break  # the next section (or dedented prose) ends the Args section
+        if entry_indent is None:
+            entry_indent = indent
+        match = _ARG_ENTRY.match(line.strip()) if indent <= entry_indent else None
+        if match is not None:
+            current = params.setdefault(match.group("name"), [])
+            if match.group("text"):
+                current.append(match.group("text").strip())
+        elif current is not None:
+            current.append(line.strip())
+    return {name: " ".join(parts) for name, parts in params.items()}
+
+
+def derive(fn: Callable[..., Any]) -> DerivedSignature:
+    """Build the JSON schema of a tool's arguments; raises TypeError for unsupported signatures."""
+    where = f"@tool {fn.__module__}.{fn.__qualname__}"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where}: cannot read the signature: {exc}") from exc
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # NameError and friends from unresolvable string annotations
+        raise TypeError(f"{where}: cannot resolve the type hints: {exc}") from exc
+
+    description, arg_docs = parse_docstring(fn.__doc__)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    takes_key = False
+    for param in signature.parameters.values():
+        name = param.name
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"{where}: parameter {name!r} is positional-only; tools are called with keyword "
+                "arguments"
+            )
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(f"{where}: parameter '*{name}' is not supported; name each argument")
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            raise TypeError(f"{where}: parameter '**{name}' is not supported; name each argument")
+        if name not in hints:
+            raise TypeError(f"{where}: parameter {name!r} has no type hint")
+        if name == IDEMPOTENCY_PARAM:
+            if hints[name] is not str:
+                raise TypeError(f"{where}: parameter {name!r} must be annotated as str")
+            takes_key = True  # filled by the executor, never by the model
+            continue
+        try:
+            prop = schema_for_hint(hints[name])
+        except _Unsupported as exc:
+            raise TypeError(f"{where}: parameter {name!r}: {exc}") from None
+        text = _param_description(arg_docs.get(name, ""), param.default)
+        if text:
+            prop["description"] = text
+        properties[name] = prop
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return DerivedSignature(description, schema, takes_key)
+
+
+def _param_description(text: str, default: Any) -> str:
+    # The schema subset has no "default" keyword, so the default is told in prose.
+    if default is inspect.Parameter.empty or default is None:
+        return text
+    try:
+        shown = json.dumps(default)
+    except (TypeError, ValueError):
+        return text
+    return f"{text} (default: {shown})" if text else f"Default: {shown}."
+
+
+def schema_for_hint(hint: Any) -> dict[str, Any]:
+    """The JSON schema of one type hint; raises _Unsupported outside the supported subset."""
+    scalar = _SCALARS.get(hint) if isinstance(hint, type) else None
+    if scalar is not None:
+        return {"type": scalar}
+    if isinstance(hint, typing.TypeAliasType):  # `type Currency = Literal[...]`
+        return schema_for_hint(hint.__value__)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is list or origin is list:
+        return {"type": "array", "items": schema_for_hint(args[0])} if args else {"type": "array"}
+    if hint is dict or origin is dict:
+        if args:
+            if args[0] is not str:
+                raise _Unsupported(f"dict keys must be str, got {_show(args[0])}")
+            schema_for_hint(args[1])  # the value type must be supported even though unchecked
+        return {"type": "object"}
+    if origin is Literal:
+        return _literal_schema(args)
+    if origin is Union or origin is types.UnionType:
+        others = [arg for arg in args if arg is not types.NoneType]
+        if len(others) == 1 and len(others) < len(args):
+            return schema_for_hint(others[0])
+        raise _Unsupported(f"union {_show(hint)} is not supported; only X | None is")
+    raise _Unsupported(f"type hint {_show(hint)} is not supported (use {SUPPORTED_HINTS})")
+
+
+_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _literal_schema(values: tuple[Any, ...]) -> dict[str, Any]:
+    values = tuple(value for value in values if value is not None)
+    kinds = {type(value) for value in values}
+    if len(kinds) != 1 or next(iter(kinds)) not in _SCALARS or float in kinds:
+        raise _Unsupported(
+            "Literal values must all be str, all int or all bool, got "
+            + ", ".join(repr(value) for value in values)
+        )
+    return {"type": _SCALARS[next(iter(kinds))], "enum": list(values)}
+
+
+def _show(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else repr(hint)

@@ -1,0 +1,48 @@
+"""Shared fixtures: named users, and runs that execute in-process."""
+
+import pytest
+
+
+@pytest.fixture
+def author(django_user_model):
+    return django_user_model.objects.create_user("alice", password="alice-pass-123")
+
+
+@pytest.fixture
+def other_author(django_user_model):
+    return django_user_model.objects.create_user("carol", password="carol-pass-123")
+
+
+@pytest.fixture
+def reviewer(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("bob", password="bob-pass-123")
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    return django_user_model.objects.create_user("mallory", password="mallory-pass-123")
+
+
+@pytest.fixture(autouse=True)
+def tasks_run_inline(settings):
+    """Tasks run in the enqueuing thread unless a test starts real workers."""
+    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_tool_registry():
+    """Each test sees the registry its settings describe."""
+    from plans.tools import reset_registry
+
+    reset_registry()
+    yield
+    reset_registry()

@@ -1,0 +1,320 @@
+"""The Anthropic backend through the real SDK, with HTTP served by an in-process mock transport."""
+
+import json
+import random
+
+import anthropic
+import httpx2
+import pytest
+
+from plans.llm.anthropic_model import BACKOFF_BASE_S, RETRY_AFTER_CAP_S, AnthropicModel
+from plans.llm.base import ModelError, Usage
+from plans.llm.prompts import answer_request, planner_request
+
+CATALOG = [
+    {
+        "name": "price",
+        "description": "Price of an item in INR.",
+        "input_schema": {"type": "object", "properties": {"item": {"type": "string"}}},
+        "destructive": False,
+    }
+]
+PLAN_TEXT = (
+    '{"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}'
+)
+
+
+class Server:
+    """Serves queued responses and records every request the SDK sent."""
+
+    def __init__(self, *responses):
+        self.responses = list(responses)
+        self.requests: list[httpx2.Request] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        response = self.responses.pop(0)
+        if isinstance(response, Exception):
+            raise response
+        return response
+
+    def body(self, index=0):
+        return json.loads(self.requests[index].content)
+
+
+def model_for(server, *, max_retries=3, sleeps=None):
+    client = anthropic.Anthropic(
+        api_key="test-key",
+        base_url="https://api.example.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
+    )
+    sleep = sleeps.append if sleeps is not None else lambda seconds: None
+    return AnthropicModel(client, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
+
+
+def message(text, **usage):
+    return httpx2.Response(
+        200,
+        json={
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 20, **usage},
+        },
+    )
+
+
+def error(status, kind, text, headers=None):
+    body = {"type": "error", "error": {"type": kind, "message": text}}
+    return httpx2.Response(status, json=body, headers=headers or {})
+
+
+def sse(*events):
+    lines = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return httpx2.Response(
+        200, content=lines.encode(), headers={"content-type": "text/event-stream"}
+    )
+
+
+def stream_events(deltas, *, input_usage, output_tokens):
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_02",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"output_tokens": 1, **input_usage},
+        },
+    }
+    return [
+        start,
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}
+            for d in deltas
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        },
+        {"type": "message_stop"},
+    ]
+
+
+def plan_request():
+    return planner_request(
+        goal="Total price of an iPhone 16", catalog=CATALOG, max_steps=5, model="claude-test"
+    )
+
+
+def answer():
+    outcome = {
+        "id": 1,
+        "tool": "price",
+        "args": {"item": "iPhone 16"},
+        "status": "succeeded",
+        "result": 79900,
+        "error": "",
+    }
+    return answer_request(
+        goal="Price of an iPhone 16", plan={}, outcomes=[outcome], model="claude-test"
+    )
+
+
+def test_a_plan_is_requested_with_a_cached_system_prefix_and_its_usage_recorded():
+    server = Server(
+        message(PLAN_TEXT, cache_read_input_tokens=1800, cache_creation_input_tokens=300)
+    )
+    request = plan_request()
+    completion = model_for(server).complete(request)
+
+    assert completion.text == PLAN_TEXT
+    assert completion.model == "claude-test"
+    assert completion.usage == Usage(
+        input_tokens=10, output_tokens=20, cache_read_tokens=1800, cache_write_tokens=300
+    )
+    assert completion.latency_ms >= 0
+
+    [sent] = server.requests
+    assert sent.url.path == "/v1/messages"
+    body = server.body()
+    assert body["model"] == "claude-test"
+    assert body["max_tokens"] == 2048
+    assert "stream" not in body or body["stream"] is False
+    assert body["system"] == [
+        {"type": "text", "text": request.system},
+        {
+            "type": "text",
+            "text": request.system_blocks()[1],
+            "cache_control": {"type": "ephemeral"},
+        },
+    ]
+    assert '"name": "price"' in body["system"][1]["text"]
+    [user] = body["messages"]
+    assert user["role"] == "user"
+    assert "<goal>\nTotal price of an iPhone 16\n</goal>" in user["content"]
+    # Our metadata never leaves the process.
+    assert "metadata" not in body
+
+
+def test_absent_cache_counts_are_recorded_as_zero():
+    server = Server(message("ok", cache_read_input_tokens=None))
+    usage = model_for(server).complete(plan_request()).usage
+    assert (usage.cache_read_tokens, usage.cache_write_tokens) == (0, 0)
+
+
+def test_a_streamed_answer_passes_each_delta_on_in_order_and_returns_the_whole():
+    deltas = ["The price ", "of an iPhone 16 ", "is INR ", "79900."]
+    usage = {"input_tokens": 120, "cache_read_input_tokens": 50, "cache_creation_input_tokens": 7}
+    server = Server(sse(*stream_events(deltas, input_usage=usage, output_tokens=15)))
+    received = []
+
+    completion = model_for(server).complete(answer(), on_text=received.append)
+
+    assert received == deltas
+    assert completion.text == "The price of an iPhone 16 is INR 79900."
+    assert completion.usage == Usage(
+        input_tokens=120, output_tokens=15, cache_read_tokens=50, cache_write_tokens=7
+    )
+    body = server.body()
+    assert body["stream"] is True
+    assert body["max_tokens"] == 1024
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert '<tool_result step="1">\n79900\n</tool_result>' in body["messages"][0]["content"]
+
+
+def test_an_overloaded_api_is_retried_once_after_a_full_jitter_delay():
+    server = Server(error(529, "overloaded_error", "Overloaded"), message(PLAN_TEXT))
+    sleeps = []
+
+    completion = model_for(server, sleeps=sleeps).complete(plan_request())
+
+    assert completion.text == PLAN_TEXT
+    assert len(server.requests) == 2
+    [delay] = sleeps
+    # First retry: uniform(0, min(cap, base * 2**0)).
+    assert 0 <= delay <= BACKOFF_BASE_S
+
+
+def test_a_bad_request_fails_at_once_with_the_apis_message():
+    server = Server(error(400, "invalid_request_error", "max_tokens: 999999 is too large"))
+    sleeps = []
+
+    with pytest.raises(ModelError, match="max_tokens: 999999 is too large") as raised:
+        model_for(server, sleeps=sleeps).complete(plan_request())
+
+    assert "HTTP 400" in str(raised.value)
+    assert len(server.requests) == 1
+    assert sleeps == []
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_auth_and_not_found_errors_are_not_retried(status):
+    server = Server(error(status, "authentication_error", "invalid x-api-key"))
+    with pytest.raises(ModelError, match=f"HTTP {status}.*invalid x-api-key"):
+        model_for(server).complete(plan_request())
+    assert len(server.requests) == 1
+
+
+def test_repeated_server_errors_exhaust_the_retries_with_growing_backoff():
+    server = Server(*(error(500, "api_error", "Internal server error") for _ in range(3)))
+    sleeps = []
+
+    with pytest.raises(ModelError, match=r"after 3 attempts.*HTTP 500 api_error"):
+        model_for(server, max_retries=2, sleeps=sleeps).complete(plan_request())
+
+    assert len(server.requests) == 3
+    assert len(sleeps) == 2
+    assert 0 <= sleeps[0] <= BACKOFF_BASE_S
+    assert 0 <= sleeps[1] <= 2 * BACKOFF_BASE_S
+
+
+def test_a_retry_after_header_sets_the_wait_up_to_a_cap():
+    server = Server(
+        error(429, "rate_limit_error", "slow down", headers={"retry-after": "3"}),
+        error(429, "rate_limit_error", "slow down", headers={"retry-after": "86400"}),
+        message("ok"),
+    )
+    sleeps = []
+    model_for(server, sleeps=sleeps).complete(plan_request())
+    assert sleeps == [3.0, RETRY_AFTER_CAP_S]
+
+
+def test_timeouts_and_connection_errors_are_retried():
+    server = Server(
+        httpx2.ReadTimeout("read timed out"),
+        httpx2.ConnectError("connection refused"),
+        message("ok"),
+    )
+    sleeps = []
+    assert model_for(server, sleeps=sleeps).complete(plan_request()).text == "ok"
+    assert len(server.requests) == 3 and len(sleeps) == 2
+
+
+def test_exhausted_retries_name_the_last_connection_error():
+    server = Server(httpx2.ConnectError("connection refused"), httpx2.ReadTimeout("slow"))
+    with pytest.raises(ModelError, match="after 2 attempts; last error: the request timed out"):
+        model_for(server, max_retries=1).complete(plan_request())
+
+
+def test_a_stream_refused_before_any_text_is_retried():
+    deltas = ["fine"]
+    usage = {"input_tokens": 5}
+    server = Server(
+        error(529, "overloaded_error", "Overloaded"),
+        sse(*stream_events(deltas, input_usage=usage, output_tokens=2)),
+    )
+    received = []
+    completion = model_for(server).complete(answer(), on_text=received.append)
+    assert received == ["fine"] and completion.text == "fine"
+    assert len(server.requests) == 2
+
+
+def test_a_stream_that_breaks_after_text_was_shown_is_not_retried():
+    events = stream_events(["partial "], input_usage={"input_tokens": 5}, output_tokens=2)[:3]
+    events.append({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    server = Server(sse(*events), message("never sent"))
+    received = []
+
+    with pytest.raises(ModelError, match=r"broke off part-way.*HTTP 529 overloaded_error"):
+        model_for(server).complete(answer(), on_text=received.append)
+
+    assert received == ["partial "]
+    assert len(server.requests) == 1
+
+
+def test_the_default_client_has_sdk_retries_off_and_the_configured_timeout(settings):
+    settings.ANTHROPIC_API_KEY = "sk-test"
+    settings.AGENTSITE_MODEL_TIMEOUT_S = 12.5
+    settings.AGENTSITE_MODEL_MAX_RETRIES = 4
+    model = AnthropicModel()
+    assert model.client.max_retries == 0
+    assert model.client.timeout == 12.5
+    assert model.client.api_key == "sk-test"
+    assert model.max_retries == 4
+
+
+def test_an_injected_client_with_sdk_retries_has_them_turned_off():
+    server = Server(error(500, "api_error", "boom"), error(500, "api_error", "boom"))
+    client = anthropic.Anthropic(
+        api_key="test-key",
+        base_url="https://api.example.test",
+        max_retries=5,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
+    )
+    model = AnthropicModel(client, max_retries=1, sleep=lambda seconds: None)
+    assert model.client.max_retries == 0
+    with pytest.raises(ModelError, match="after 2 attempts"):
+        model.complete(plan_request())
+    assert len(server.requests) == 2

@@ -1,0 +1,195 @@
+"""The approval gate: destructive calls run only on a reviewer's decision on their exact args."""
+
+import pytest
+from django.core import mail
+
+from plans.engine import args_sha256
+from plans.execution import advance_run, invoke_tool
+from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.services.approvals import ApprovalRefused, approval_decide
+from plans.services.runs import run_create
+from plans.tools import get_registry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REFUND_PLAN = {
+    "steps": [
+        {"id": 1, "tool": "order_total", "args": {"order_id": "A-1001"}, "depends_on": []},
+        {
+            "id": 2,
+            "tool": "issue_refund",
+            "args": {"order_id": "A-1001", "amount_inr": "{{1}}", "reason": "damaged item"},
+            "depends_on": [1],
+        },
+        {
+            "id": 3,
+            "tool": "send_email",
+            "args": {
+                "to": "customer-a1001@example.com",
+                "subject": "Your refund",
+                "body": "We refunded INR {{1}}. Reference: {{2}}",
+            },
+            "depends_on": [1, 2],
+        },
+    ]
+}
+
+
+def start_refund(author):
+    run = run_create(author=author, goal_text="Refund order A-1001", plan_data=REFUND_PLAN)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def test_a_destructive_step_parks_the_run_until_a_reviewer_decides(author):
+    run = start_refund(author)
+
+    approval = Approval.objects.get(run=run)
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert run.lease_token is None  # parked runs hold nothing
+    assert approval.tool == "issue_refund"
+    assert approval.requested_args == {
+        "order_id": "A-1001",
+        "amount_inr": 2499,
+        "reason": "damaged item",
+    }
+    assert approval.args_sha256 == args_sha256("issue_refund", approval.requested_args)
+    assert not LedgerEntry.objects.exists()
+    assert not ToolCall.objects.filter(tool="issue_refund").exists()
+
+
+def test_an_approval_lets_the_run_continue_and_the_side_effect_happens_once(author, reviewer):
+    run = start_refund(author)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+    # The decision enqueued the continuation (inline tasks in tests); the email needs its own.
+    run.refresh_from_db()
+    email_approval = Approval.objects.get(run=run, tool="send_email")
+    approval_decide(approval=email_approval, reviewer=reviewer, approve=True)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED
+    assert LedgerEntry.objects.filter(kind="refund").count() == 1
+    assert len(mail.outbox) == 1
+    assert "Reference: " in mail.outbox[0].body
+
+
+def test_a_rejection_blocks_the_step_with_the_reason_and_skips_its_dependants(author, reviewer):
+    run = start_refund(author)
+    approval_decide(
+        approval=Approval.objects.get(run=run),
+        reviewer=reviewer,
+        approve=False,
+        reason="order was already refunded in store",
+    )
+
+    run.refresh_from_db()
+    steps = {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+    assert run.status == Run.Status.BLOCKED
+    assert steps[2].status == "blocked"
+    assert steps[2].result == (
+        "BLOCKED: a reviewer declined issue_refund. "
+        "Reason: order was already refunded in store. Do not retry."
+    )
+    assert steps[3].status == "skipped"
+    assert "already refunded in store" in run.answer
+    assert not LedgerEntry.objects.exists()
+
+
+def test_a_reviewer_may_edit_the_arguments_and_the_approval_binds_to_the_edit(author, reviewer):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    edited = {"order_id": "A-1001", "amount_inr": 2000, "reason": "partial refund"}
+    approval_decide(approval=approval, reviewer=reviewer, approve=True, edited_args=edited)
+
+    approval.refresh_from_db()
+    assert approval.args == edited
+    assert approval.requested_args["amount_inr"] == 2499  # the audit keeps both versions
+    assert approval.args_sha256 == args_sha256("issue_refund", edited)
+    assert LedgerEntry.objects.get(kind="refund").details["amount_inr"] == 2000
+
+
+def test_an_edit_that_breaks_the_tool_schema_is_refused_and_changes_nothing(author, reviewer):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    events_before = RunEvent.objects.filter(run=run).count()
+
+    with pytest.raises(ApprovalRefused, match="amount_inr"):
+        approval_decide(
+            approval=approval,
+            reviewer=reviewer,
+            approve=True,
+            edited_args={"order_id": "A-1001", "amount_inr": "lots", "reason": "x"},
+        )
+
+    approval.refresh_from_db()
+    assert approval.decision == "pending"
+    assert RunEvent.objects.filter(run=run).count() == events_before
+
+
+def test_it_refuses_the_authors_own_approval_under_four_eyes(author):
+    from django.contrib.auth.models import Permission
+
+    author.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    author = type(author).objects.get(pk=author.pk)
+    run = start_refund(author)
+
+    with pytest.raises(ApprovalRefused, match="Four-eyes"):
+        approval_decide(approval=Approval.objects.get(run=run), reviewer=author, approve=True)
+    assert Approval.objects.get(run=run).decision == "pending"
+
+
+def test_it_refuses_a_decision_from_someone_without_the_permission(author, outsider):
+    run = start_refund(author)
+
+    with pytest.raises(ApprovalRefused, match="permission"):
+        approval_decide(approval=Approval.objects.get(run=run), reviewer=outsider, approve=True)
+
+
+def test_it_refuses_a_second_decision_on_the_same_step(author, reviewer, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    second = django_user_model.objects.create_user("dave")
+    second.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    second = django_user_model.objects.get(pk=second.pk)
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    approval_decide(approval=approval, reviewer=reviewer, approve=False, reason="no")
+
+    with pytest.raises(ApprovalRefused, match="already rejected by bob"):
+        approval_decide(approval=approval, reviewer=second, approve=True)
+
+
+def test_a_rejection_needs_a_reason(author, reviewer):
+    run = start_refund(author)
+
+    with pytest.raises(ApprovalRefused, match="reason is required"):
+        approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=False)
+
+
+def test_the_tool_invoker_refuses_a_destructive_call_without_a_matching_approval(author):
+    spec = get_registry()["issue_refund"]
+    args = {"order_id": "A-1001", "amount_inr": 10, "reason": "test"}
+
+    outcome = invoke_tool(spec, args, key="k1", approval=None)
+
+    assert "no approval" in outcome.error
+    assert not LedgerEntry.objects.exists()
+
+
+def test_an_approval_for_other_arguments_does_not_open_the_gate(author, reviewer):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+    approval.refresh_from_db()
+    spec = get_registry()["issue_refund"]
+
+    outcome = invoke_tool(
+        spec,
+        {"order_id": "A-1001", "amount_inr": 99999, "reason": "damaged item"},
+        key="k2",
+        approval=approval,
+    )
+
+    assert "no approval" in outcome.error
+    assert not LedgerEntry.objects.exists()

@@ -1,0 +1,174 @@
+"""The executor end to end through its real persistence: rounds, results, failures, events."""
+
+import pytest
+from django.utils import timezone
+
+from plans.execution import advance_run
+from plans.models import Run, RunEvent, Step, ToolCall
+from plans.services.runs import run_create
+from tests import support_tools
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SEED_PLAN = {
+    "steps": [
+        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []},
+        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": []},
+        {
+            "id": 3,
+            "tool": "calculator",
+            "args": {"expression": "{{1}}+{{2}}"},
+            "depends_on": [1, 2],
+        },
+    ]
+}
+
+
+@pytest.fixture
+def test_tools(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    support_tools.calls.clear()
+    support_tools.parallel_barrier.reset()
+
+
+def run_plan(author, steps, **options):
+    run = run_create(author=author, goal_text="test goal", plan_data={"steps": steps}, **options)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def steps_of(run):
+    return {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+
+
+def test_the_seed_example_flows_results_through_placeholders(author):
+    run = run_plan(author, SEED_PLAN["steps"])
+
+    steps = steps_of(run)
+    assert run.status == Run.Status.COMPLETED
+    assert [steps[i].result for i in (1, 2, 3)] == [79900, 12900, 92800]
+    assert steps[3].resolved_args == {"expression": "79900+12900"}
+    assert [steps[i].round for i in (1, 2, 3)] == [1, 1, 2]
+    assert run.model_call_count == 1  # the plan came from a file: only the answer
+
+
+def test_independent_steps_run_at_the_same_time(author, test_tools):
+    steps = [
+        {"id": i, "tool": "meet", "args": {"label": f"s{i}"}, "depends_on": []} for i in (1, 2, 3)
+    ]
+    run = run_plan(author, steps)
+
+    # The barrier only opens when all three calls are in flight together.
+    assert {s.status for s in steps_of(run).values()} == {"succeeded"}
+
+
+def test_a_step_never_starts_before_its_dependency_finished(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "sleepy", "args": {"seconds": 0.05, "label": "a"}, "depends_on": []},
+        {"id": 2, "tool": "sleepy", "args": {"seconds": 0.05, "label": "b"}, "depends_on": [1]},
+        {"id": 3, "tool": "sleepy", "args": {"seconds": 0.05, "label": "c"}, "depends_on": [2]},
+    ]
+    run_plan(author, steps)
+
+    spans = {label: (start, end) for label, start, end in support_tools.calls}
+    assert spans["a"][1] <= spans["b"][0]
+    assert spans["b"][1] <= spans["c"][0]
+
+
+def test_a_failed_step_is_an_observation_and_its_dependants_are_skipped(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "explode", "args": {"message": "warehouse offline"}, "depends_on": []},
+        {"id": 2, "tool": "echo", "args": {"text": "got {{1}}"}, "depends_on": [1]},
+        {"id": 3, "tool": "echo", "args": {"text": "after {{2}}"}, "depends_on": [2]},
+        {"id": 4, "tool": "echo", "args": {"text": "independent"}, "depends_on": []},
+    ]
+    run = run_plan(author, steps)
+
+    steps = steps_of(run)
+    assert run.status == Run.Status.FAILED
+    assert steps[1].status == "failed" and steps[1].error == "warehouse offline"
+    assert steps[2].status == "skipped" and "step 1" in steps[2].error
+    assert steps[3].status == "skipped"
+    assert steps[4].status == "succeeded"
+    assert run.answer  # the answer is still written, from what is known
+
+
+def test_dependants_of_a_failure_can_run_with_the_error_text(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "explode", "args": {"message": "warehouse offline"}, "depends_on": []},
+        {"id": 2, "tool": "echo", "args": {"text": "got {{1}}"}, "depends_on": [1]},
+    ]
+    run = run_plan(author, steps, run_dependants_of_failures=True)
+
+    assert steps_of(run)[2].result == "got warehouse offline"
+
+
+def test_arguments_are_checked_again_after_substitution(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "echo", "args": {"text": "not a number"}, "depends_on": []},
+        {"id": 2, "tool": "sleepy", "args": {"seconds": "{{1}}"}, "depends_on": [1]},
+    ]
+    run = run_plan(author, steps)
+
+    step = steps_of(run)[2]
+    assert step.status == "failed"
+    assert "seconds" in step.error
+    assert not ToolCall.objects.filter(step=step).exists()
+
+
+def test_every_step_and_round_is_recorded_as_events_with_contiguous_seq(author):
+    run = run_plan(author, SEED_PLAN["steps"])
+
+    events = list(RunEvent.objects.filter(run=run).order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in events]
+    for kind in (
+        "run_created",
+        "plan_created",
+        "run_started",
+        "round_started",
+        "step_started",
+        "step_finished",
+        "round_finished",
+        "model_call",
+        "answer_finished",
+        "run_finished",
+    ):
+        assert kind in kinds, kind
+    rounds = [(e.kind, e.payload["round"]) for e in events if e.kind.startswith("round_")]
+    assert rounds == [
+        ("round_started", 1),
+        ("round_finished", 1),
+        ("round_started", 2),
+        ("round_finished", 2),
+    ]
+    assert ToolCall.objects.filter(run=run).count() == 3
+
+
+def test_an_invalid_plan_file_ends_the_run_before_any_tool_runs(author):
+    cyclic = [
+        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": [2]},
+        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": [1]},
+    ]
+    run = run_create(author=author, goal_text="cyclic", plan_data={"steps": cyclic})
+
+    assert run.status == Run.Status.INVALID_PLAN
+    assert any("cycle: 1 -> 2 -> 1" in p for p in run.plans.get().problems)
+    assert advance_run(run.pk) == "busy"  # a finished run cannot be leased
+    assert not ToolCall.objects.exists()
+
+
+def test_a_step_interrupted_by_a_crash_runs_again_with_its_attempt_counted(author):
+    run = run_create(author=author, goal_text="crash", plan_data=SEED_PLAN)
+    plan = run.plans.get()
+    # As if a worker died mid-call: step 1 was marked running and nothing else happened.
+    Step.objects.filter(plan=plan, step_id=1).update(status="running", attempts=1)
+    Run.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now())
+
+    advance_run(run.pk)
+
+    step = Step.objects.get(plan=plan, step_id=1)
+    assert step.status == "succeeded" and step.attempts == 2
+    assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
+    assert RunEvent.objects.filter(run=run, kind="run_recovered").exists()

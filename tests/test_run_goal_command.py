@@ -1,0 +1,160 @@
+"""manage.py run_goal: the headless path through the same services as the dashboard."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from plans.models import LedgerEntry, ModelCall, Run, RunEvent, ToolCall
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SEED_PLAN = {
+    "steps": [
+        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []},
+        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": []},
+        {
+            "id": 3,
+            "tool": "calculator",
+            "args": {"expression": "{{1}}+{{2}}"},
+            "depends_on": [1, 2],
+        },
+    ]
+}
+CYCLIC_PLAN = {
+    "steps": [
+        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": [2]},
+        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": [1]},
+    ]
+}
+
+
+def run_goal(*args):
+    """(exit code, parsed --json output)."""
+    out = StringIO()
+    try:
+        call_command("run_goal", *args, "--json", stdout=out)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, json.loads(out.getvalue())
+
+
+def test_the_seed_plan_file_yields_the_seed_results_in_two_rounds(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(SEED_PLAN))
+
+    code, out = run_goal(
+        "Total price of an iPhone 16 and AirPods 4 in INR", "--plan-file", str(plan_file)
+    )
+
+    assert code == 0
+    assert out["status"] == "completed"
+    assert out["rounds"] == [[1, 2], [3]]
+    assert [out["steps"][k]["result"] for k in ("1", "2", "3")] == [79900, 12900, 92800]
+    assert out["plan"]["version"] == 1
+
+
+def test_the_cyclic_plan_exits_2_naming_the_cycle_and_calls_no_tool(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(CYCLIC_PLAN))
+
+    code, out = run_goal("cyclic", "--plan-file", str(plan_file))
+
+    assert code == 2
+    assert out["status"] == "invalid_plan"
+    assert any("cycle: 1 -> 2 -> 1" in problem for problem in out["problems"])
+    assert not ToolCall.objects.exists()
+
+
+def test_an_invalid_plan_reports_every_problem_at_once(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"id": 1, "tool": "teleport", "args": {}, "depends_on": []},
+                    {"id": 2, "tool": "price", "args": {"sku": 3}, "depends_on": [9]},
+                    {
+                        "id": 3,
+                        "tool": "calculator",
+                        "args": {"expression": "{{1}}"},
+                        "depends_on": [3],
+                    },
+                ]
+            }
+        )
+    )
+
+    code, out = run_goal("bad plan", "--plan-file", str(plan_file))
+
+    problems = "\n".join(out["problems"])
+    assert code == 2
+    assert "teleport" in problems and "price" in problems  # unknown tool, listing allowed ones
+    assert "sku" in problems and "item" in problems  # unexpected and missing arguments
+    assert "9" in problems  # unknown dependency
+    assert "step 3" in problems  # self-dependency and the placeholder to a non-dependency
+
+
+def test_the_offline_price_goal_runs_end_to_end_with_two_model_calls():
+    code, out = run_goal("Total price of an iPhone 16 and AirPods 4 in INR")
+
+    run = Run.objects.get(pk=out["run_id"])
+    assert code == 0
+    assert out["model_calls"] == 2
+    assert "92800" in out["answer"]
+    assert out["tokens"]["input"] > 0 and out["tokens"]["output"] > 0
+    assert set(ModelCall.objects.filter(run=run).values_list("purpose", flat=True)) == {
+        "plan",
+        "answer",
+    }
+    assert ToolCall.objects.filter(run=run).count() == 3
+    assert RunEvent.objects.filter(run=run, kind="step_finished").count() == 3
+    assert run.plans.get().raw_output  # the planner's text is kept
+
+
+def test_a_destructive_step_without_a_decision_leaves_the_run_awaiting_approval():
+    code, out = run_goal("Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights")
+
+    assert code == 3
+    assert out["status"] == "awaiting_approval"
+    assert not LedgerEntry.objects.exists()
+
+
+def test_approve_all_books_each_trip_leg_once():
+    code, out = run_goal(
+        "Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights", "--approve-all"
+    )
+
+    assert code == 0, out
+    assert out["status"] == "completed"
+    assert LedgerEntry.objects.filter(kind="flight").count() == 1
+    assert LedgerEntry.objects.filter(kind="hotel").count() == 1
+
+
+def test_reject_destructive_blocks_the_refund_and_exits_3():
+    code, out = run_goal("Refund order A-1001 for a damaged item", "--reject-destructive")
+
+    assert code == 3
+    assert out["status"] == "blocked"
+    assert out["steps"]["2"]["status"] == "blocked"
+    assert out["steps"]["2"]["result"].startswith("BLOCKED: a reviewer declined issue_refund.")
+    assert out["steps"]["3"]["status"] == "skipped"
+    assert not LedgerEntry.objects.exists()
+
+
+def test_a_tiny_token_budget_stops_the_run_and_keeps_partial_results(settings, tmp_path):
+    settings.AGENTSITE_RUN_BUDGET_TOKENS = 300
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(SEED_PLAN))
+
+    code, out = run_goal(
+        "Total price of an iPhone 16 and AirPods 4 in INR", "--plan-file", str(plan_file)
+    )
+
+    assert code == 3
+    assert out["status"] == "budget_exhausted"
+    assert out["steps"]["3"]["result"] == 92800  # the work done is kept
+    assert out["model_calls"] == 0
+    assert "token" in out["error"]
