@@ -90,6 +90,10 @@ class Run(models.Model):
             models.Index(fields=["cost_usd"]),
             models.Index(fields=["lease_expires_at"], name="run_lease_idx"),
         ]
+        permissions = [
+            ("view_all_runs", "Can see every author's runs"),
+            ("view_costs", "Can see the cost and health pages"),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"

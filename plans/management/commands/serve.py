@@ -1,0 +1,80 @@
+"""Start the dashboard the embedded way: one process serves pages and sockets and runs runs."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from plans.roles import roles_ensure
+
+DEMO_USERS = {
+    # username: (password, groups)
+    "author": ("author-demo-pass", ["authors"]),
+    "author2": ("author2-demo-pass", ["authors"]),
+    "reviewer": ("reviewer-demo-pass", ["reviewers"]),
+    "operator": ("operator-demo-pass", ["operators"]),
+}
+
+
+class Command(BaseCommand):
+    help = "Migrate, create the demo users, start in-process workers, and serve the dashboard."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--workers", type=int, default=2, help="in-process run workers (0: use separate ones)"
+        )
+        parser.add_argument("--no-demo-users", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        roles_ensure()
+        if not options["no_demo_users"]:
+            self._ensure_demo_users()
+
+        from plans.sweeper import start_sweeper_thread
+        from plans.worker import start_worker_threads
+
+        if options["workers"]:
+            start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")
+            start_sweeper_thread()
+
+        from daphne.endpoints import build_endpoint_description_strings
+        from daphne.server import Server
+
+        from agentsite.asgi import application
+
+        url = f"http://{options['host']}:{options['port']}/"
+        self.stdout.write(self.style.SUCCESS(f"agentsite is serving on {url}"))
+        self.stdout.write(
+            f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
+            f"model: {settings.AGENTSITE_MODEL_BACKEND}, workers in process: {options['workers']}"
+        )
+        Server(
+            application=ASGIStaticFilesHandler(application),
+            endpoints=build_endpoint_description_strings(
+                host=options["host"], port=options["port"]
+            ),
+            verbosity=0,
+        ).run()
+
+    def _ensure_demo_users(self) -> None:
+        from django.contrib.auth.models import Group
+
+        users = get_user_model().objects
+        self.stdout.write("Demo users (username / password):")
+        for username, (password, groups) in DEMO_USERS.items():
+            user, created = users.get_or_create(username=username)
+            if created:
+                user.set_password(password)
+                user.save()
+            user.groups.add(*Group.objects.filter(name__in=groups))
+            shown = password if created or user.check_password(password) else "(changed)"
+            self.stdout.write(f"  {username:<10} {shown:<20} {', '.join(groups)}")
