@@ -199,6 +199,8 @@ AGENTSITE_MODEL_PRICES = {
 
 AGENTSITE_MAX_PLAN_STEPS = int(os.environ.get("AGENTSITE_MAX_PLAN_STEPS", "5"))
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
+# Threads for tool calls in each process, shared by the runs it advances.
+AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))
 AGENTSITE_RUN_BUDGET_USD = float(os.environ.get("AGENTSITE_RUN_BUDGET_USD", "0.50"))
 AGENTSITE_RUN_BUDGET_TOKENS = int(os.environ.get("AGENTSITE_RUN_BUDGET_TOKENS", "200000"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])

@@ -6,8 +6,8 @@ from plans.tools import tool
 
 
 @tool
-def bench_sleep(ms: float) -> float:
-    """Sleep for ms milliseconds and return ms."""
+def bench_sleep(ms: float, tag: int = 0) -> float:
+    """Sleep for ms milliseconds and return ms (tag tells otherwise identical steps apart)."""
     if ms > 0:
         time.sleep(ms / 1000)
     return ms

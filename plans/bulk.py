@@ -32,13 +32,15 @@ def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
         cursor.executemany(sql, params)
 
 
-def update_rows(model: type[Model], objs: Sequence[Model], field_names: Sequence[str]) -> None:
-    """Save some fields of many rows with one prepared UPDATE run for each row.
+def update_rows(
+    model: type[Model], rows: Sequence[Mapping[str, Any]], field_names: Sequence[str]
+) -> None:
+    """Set some fields of many rows, given as {"id": pk, field: value}, via executemany.
 
     Django's bulk_update builds one CASE expression per field that grows with the row count,
     which costs O(rows^2) in SQLite; executemany costs O(rows).
     """
-    if not objs:
+    if not rows:
         return
     connection = connections[router.db_for_write(model)]
     meta = model._meta
@@ -48,9 +50,8 @@ def update_rows(model: type[Model], objs: Sequence[Model], field_names: Sequence
     table, pk = quote(meta.db_table), quote(meta.pk.column)
     sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
     params = [
-        [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
-        + [obj.pk]
-        for obj in objs
+        [field.get_db_prep_save(row[field.name], connection) for field in fields] + [row["id"]]
+        for row in rows
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)

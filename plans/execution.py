@@ -10,6 +10,7 @@ import heapq
 import json
 import logging
 import queue
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +20,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from plans.engine import (
@@ -55,6 +55,24 @@ logger = logging.getLogger(__name__)
 # How often a run with steps awaiting approval looks for decisions while other steps run.
 DECISION_POLL_S = 0.25
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def tool_pool() -> ThreadPoolExecutor:
+    """The process's threads for tool calls, shared by the runs it advances."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            size = settings.AGENTSITE_TOOL_THREADS
+            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tool")
+            # Start every thread now; spawning one per submit would sit on the critical path.
+            everyone_started = threading.Barrier(size + 1)
+            for _ in range(size):
+                _pool.submit(everyone_started.wait)
+            everyone_started.wait()
+        return _pool
+
 
 def advance_run(run_id: int) -> str:
     """Advance the run as far as it can go; returns its status afterwards (or 'busy')."""
@@ -63,14 +81,19 @@ def advance_run(run_id: int) -> str:
         return "busy"
     try:
         with Heartbeat(lease):
-            return RunAdvancer(run_id, lease).advance()
+            advancer = RunAdvancer(run_id, lease)
+            try:
+                return advancer.advance()
+            finally:
+                advancer.recorder.close()
     except LeaseLost:
         logger.warning("run %s: lease lost; another worker carries on", run_id)
         return "lease_lost"
     finally:
-        Run.objects.filter(pk=run_id, lease_token=lease.token).update(
-            lease_token=None, lease_expires_at=None
-        )
+        if not lease.released:
+            Run.objects.filter(pk=run_id, lease_token=lease.token).update(
+                lease_token=None, lease_expires_at=None
+            )
 
 
 @dataclass
@@ -151,11 +174,18 @@ class RunAdvancer:
         """Ask the planner for a plan; False when the run ended here (invalid, budget, error)."""
         result = plan_from_planner(
             run=self.run,
-            call_model=lambda request: self.call_model(request),
+            call_model=self._call_model_and_flush,
             lease=self.lease,
         )
         self.run.refresh_from_db()
         return result is not None and result.is_valid and not self.run.is_terminal
+
+    def _call_model_and_flush(self, request: ModelRequest) -> Completion | None:
+        # The planner's call is on record before the plan it produced.
+        completion = self.call_model(request)
+        if completion is not None:
+            self.recorder.flush(wait=True)
+        return completion
 
     def _answer(self, plan_row: Any, steps: dict[int, Step]) -> bool:
         outcomes = [
@@ -185,14 +215,22 @@ class RunAdvancer:
         self.run.answer = completion.text
         self.recorder.run_changed(answer=completion.text)
         self.recorder.event("answer_finished", text=completion.text)
-        self.recorder.flush()
         return True
 
     def _finish(self, status: str) -> str:
         self.run.status = status
         self.run.finished_at = timezone.now()
         self.recorder.event("run_finished", status=status)
-        self.recorder.flush(run_fields={"status": status, "finished_at": self.run.finished_at})
+        self.recorder.flush(
+            run_fields={
+                "status": status,
+                "finished_at": self.run.finished_at,
+                "lease_token": None,
+                "lease_expires_at": None,
+            },
+            wait=True,
+        )
+        self.lease.released = True
         return status
 
     def _set_status(self, status: str) -> None:
@@ -278,12 +316,11 @@ class RunAdvancer:
                 "model_calls": run.model_call_count,
             },
         )
-        self.recorder.flush(
-            run_fields={
-                **{name: F(name) + value for name, value in tokens.items()},
-                "cost_usd": F("cost_usd") + cost,
-                "model_call_count": F("model_call_count") + 1,
-            }
+        # Absolute values are safe: only the lease holder changes a run's totals.
+        self.recorder.run_changed(
+            **{name: getattr(run, name) for name in tokens},
+            cost_usd=run.cost_usd,
+            model_call_count=run.model_call_count,
         )
 
 
@@ -332,41 +369,35 @@ class StepsExecution:
 
     def execute(self) -> bool:
         """Run until every step finished (False) or only approvals remain (True: parked)."""
-        pool = ThreadPoolExecutor(
-            max_workers=max(1, self.run.max_parallel_steps), thread_name_prefix="tool"
-        )
+        pool = tool_pool()
         last_poll = time.monotonic()
-        try:
-            while True:
-                cancelled = self.recorder.cancel_requested or self.run.cancel_requested
-                if not cancelled:
-                    room = self.run.max_parallel_steps - len(self.inflight)
-                    for step_id in self.scheduler.take_ready(limit=max(room, 0)):
-                        self._launch(step_id, pool)
-                if not self.inflight:
-                    if self.awaiting and not cancelled:
-                        if self._apply_decisions(pool):
-                            continue
-                        if self._park():
-                            return True
+        while True:
+            cancelled = self.recorder.cancel_requested or self.run.cancel_requested
+            if not cancelled:
+                room = self.run.max_parallel_steps - len(self.inflight)
+                for step_id in self.scheduler.take_ready(limit=max(room, 0)):
+                    self._launch(step_id, pool)
+            if not self.inflight:
+                if self.awaiting and not cancelled:
+                    if self._apply_decisions(pool):
                         continue
-                    break
-                for future in self._next_completed():
-                    if future in self.inflight:  # not already given up on as timed out
-                        self._complete(future)
-                self._time_out_overdue()
-                if self.recorder.flush_due_in() == 0:
-                    self.recorder.flush()
-                if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
-                    last_poll = time.monotonic()
-                    self._apply_decisions(pool)
-            if self.recorder.cancel_requested or self.run.cancel_requested:
-                self._skip_unstarted("skipped: the run was cancelled")
-            self.recorder.flush()
-            return False
-        finally:
-            # Abandon timed-out calls rather than wait for them; nothing reads their outcome.
-            pool.shutdown(wait=False, cancel_futures=True)
+                    if self._park():
+                        return True
+                    continue
+                break
+            for future in self._next_completed():
+                if future in self.inflight:  # not already given up on as timed out
+                    self._complete(future)
+            self._time_out_overdue()
+            if self.recorder.flush_due_in() == 0:
+                self.recorder.flush()
+            if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
+                last_poll = time.monotonic()
+                self._apply_decisions(pool)
+        if self.recorder.cancel_requested or self.run.cancel_requested:
+            self._skip_unstarted("skipped: the run was cancelled")
+        self.recorder.flush()
+        return False
 
     # --- launching -----------------------------------------------------------------------
 
@@ -431,7 +462,7 @@ class StepsExecution:
         )
         if spec.destructive:
             # The attempt is on record before the side effect can happen.
-            self.recorder.flush()
+            self.recorder.flush(wait=True)
         timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
         future = pool.submit(
             invoke_tool, spec, args, key=idempotency_key(spec.name, args), approval=approval
@@ -472,7 +503,7 @@ class StepsExecution:
 
     def _park(self) -> bool:
         """Release the run while it waits for reviewers; False if a decision raced in."""
-        self.recorder.flush()
+        self.recorder.flush(wait=True)
         try:
             with transaction.atomic():
                 # The fenced update locks the run row: a reviewer's decision either committed
@@ -492,6 +523,7 @@ class StepsExecution:
         except _DecisionRaced:
             return False
         self.run.status = Run.Status.AWAITING_APPROVAL
+        self.lease.released = True
         return True
 
     # --- completing ----------------------------------------------------------------------

@@ -21,6 +21,7 @@ class Lease:
     token: uuid.UUID
     seconds: float
     lost: threading.Event = field(default_factory=threading.Event)
+    released: bool = False
 
 
 def lease_seconds() -> float:

@@ -1,13 +1,22 @@
-"""Batches a run's writes so each scheduling decision costs one fenced transaction."""
+"""Batches a run's writes and commits them in order, off the thread that schedules steps.
+
+The advancing thread never waits for the database on the hot path: each batch (step updates,
+audit rows, events, run fields) goes to a writer thread that commits it in one transaction,
+fenced by the run's lease. Callers wait (`flush(wait=True)`) only where durability matters:
+before a side effect, before parking, at the end.
+"""
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from plans.bulk import insert_rows, update_rows
@@ -25,41 +34,43 @@ STEP_FIELDS = (
     "finished_at",
 )
 
-
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
 
 
-class RunRecorder:
-    """Collects step updates, audit rows and events; flush() commits them together.
+@dataclass
+class Batch:
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    model_calls: list[ModelCall] = field(default_factory=list)
+    approvals: list[Approval] = field(default_factory=list)
+    run_fields: dict[str, Any] = field(default_factory=dict)
 
-    Every flush is fenced by the lease (a worker that lost it writes nothing) and renews it.
-    """
+
+class RunRecorder:
+    """Collects a run's writes; flush() hands them to the writer as one batch."""
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
-        self.cancel_requested = False
-        self._events: list[tuple[str, dict[str, Any]]] = []
+        self._batch = Batch()
         self._steps: dict[int, Step] = {}
-        self._tool_calls: list[dict[str, Any]] = []
-        self._model_calls: list[ModelCall] = []
-        self._approvals: list[Approval] = []
-        self._run_fields: dict[str, Any] = {}
         self._oldest: float | None = None  # monotonic time of the oldest unflushed write
+        self._writer = _Writer(lease)
 
-    def _touch(self) -> None:
-        if self._oldest is None:
-            self._oldest = time.monotonic()
+    @property
+    def cancel_requested(self) -> bool:
+        return self._writer.cancel_requested
 
     def flush_due_in(self) -> float | None:
-        """Seconds until the buffered writes must be committed; None when nothing is buffered."""
+        """Seconds until the buffered writes must be handed over; None when nothing is buffered."""
         if self._oldest is None:
             return None
         return max(0.0, self._oldest + FLUSH_DELAY_S - time.monotonic())
 
     def event(self, kind: str, **payload: Any) -> None:
         self._touch()
-        self._events.append((kind, payload))
+        self._batch.events.append((kind, payload))
 
     def step_changed(self, step: Step) -> None:
         self._touch()
@@ -68,40 +79,109 @@ class RunRecorder:
     def tool_call(self, **row: Any) -> None:
         """A ToolCall row, given as column attributes (run_id, step_id, ...)."""
         self._touch()
-        self._tool_calls.append(row)
+        self._batch.tool_calls.append(row)
 
     def model_call(self, call: ModelCall) -> None:
         self._touch()
-        self._model_calls.append(call)
+        self._batch.model_calls.append(call)
 
     def approval_requested(self, approval: Approval) -> None:
         self._touch()
-        self._approvals.append(approval)
+        self._batch.approvals.append(approval)
 
     def run_changed(self, **fields: Any) -> None:
         self._touch()
-        self._run_fields.update(fields)
+        self._batch.run_fields.update(fields)
 
-    def flush(self, *, run_fields: Mapping[str, Any] | None = None) -> bool:
-        """Commit everything collected; returns whether a cancel was requested."""
+    def flush(self, *, run_fields: Mapping[str, Any] | None = None, wait: bool = False) -> bool:
+        """Hand over what was collected; with wait, return once it is committed.
+
+        Raises the writer's error (LeaseLost, a database error) if an earlier batch failed.
+        Returns whether a cancel was requested, as of the last committed batch.
+        """
+        batch = self._take(run_fields)
+        self._writer.submit(batch)
+        if wait:
+            self._writer.wait_idle()
+        self._writer.raise_failure()
+        return self._writer.cancel_requested
+
+    def close(self) -> None:
+        """Commit everything still queued and stop the writer."""
+        self._writer.stop()
+
+    def _touch(self) -> None:
+        if self._oldest is None:
+            self._oldest = time.monotonic()
+
+    def _take(self, run_fields: Mapping[str, Any] | None) -> Batch:
+        batch, self._batch = self._batch, Batch()
+        # Snapshot the steps' fields now: the scheduler keeps changing the objects.
+        batch.steps = [
+            {"id": step.pk, **{name: getattr(step, name) for name in STEP_FIELDS}}
+            for step in self._steps.values()
+        ]
+        batch.run_fields.update(run_fields or {})
+        self._steps = {}
+        self._oldest = None
+        return batch
+
+
+class _Writer:
+    """One thread that commits a run's batches in order, each in one fenced transaction."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.cancel_requested = False
+        self.failure: BaseException | None = None
+        self._queue: queue.Queue[Batch | None] = queue.Queue()
+        self._thread = threading.Thread(
+            target=self._run, name=f"recorder-{lease.run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, batch: Batch) -> None:
+        self._queue.put(batch)
+
+    def wait_idle(self) -> None:
+        self._queue.join()
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._queue.get()) is not None:
+                try:
+                    if self.failure is None:
+                        self._commit(batch)
+                except BaseException as error:
+                    # Nothing after a failed batch may be written: the run's log stays a prefix.
+                    self.failure = error
+                finally:
+                    self._queue.task_done()
+            self._queue.task_done()
+        finally:
+            connections.close_all()
+
+    def _commit(self, batch: Batch) -> None:
         fields = {
-            **self._run_fields,
-            **(run_fields or {}),
             "lease_expires_at": timezone.now() + timedelta(seconds=self.lease.seconds),
+            **batch.run_fields,
         }
         with transaction.atomic():
             # Fence first: the run row stays locked until commit, and a lost lease writes nothing.
             _, self.cancel_requested = append_events(
-                self.lease.run_id, self._events, lease_token=self.lease.token, run_fields=fields
+                self.lease.run_id, batch.events, lease_token=self.lease.token, run_fields=fields
             )
-            if self._steps:
-                update_rows(Step, list(self._steps.values()), STEP_FIELDS)
-            insert_rows(ToolCall, self._tool_calls)
-            if self._model_calls:
-                ModelCall.objects.bulk_create(self._model_calls)
-            if self._approvals:
-                Approval.objects.bulk_create(self._approvals)
-        self._events, self._tool_calls, self._model_calls, self._approvals = [], [], [], []
-        self._steps, self._run_fields = {}, {}
-        self._oldest = None
-        return self.cancel_requested
+            update_rows(Step, batch.steps, STEP_FIELDS)
+            insert_rows(ToolCall, batch.tool_calls)
+            if batch.model_calls:
+                ModelCall.objects.bulk_create(batch.model_calls)
+            if batch.approvals:
+                Approval.objects.bulk_create(batch.approvals)
