@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from error
 
         while not run.is_terminal:
-            advance_run(run.pk)
+            if advance_run(run.pk) == "busy":
+                time.sleep(0.5)  # another worker holds the run; its lease will run out
             run.refresh_from_db()
             if run.status != Run.Status.AWAITING_APPROVAL:
                 continue
