@@ -11,7 +11,7 @@ services_start() {
   local run_as=()
   [ "$(id -u)" = 0 ] && run_as=(runuser -u postgres --)
   mkdir -p "$SERVICES_DIR/pg"
-  [ "$(id -u)" = 0 ] && chown postgres "$SERVICES_DIR/pg"
+  [ "$(id -u)" = 0 ] && chown postgres "$SERVICES_DIR" "$SERVICES_DIR/pg"
   "${run_as[@]}" "$pg_bin/initdb" -D "$SERVICES_DIR/pg" -U postgres -A trust --no-sync >/dev/null
   "${run_as[@]}" "$pg_bin/pg_ctl" -D "$SERVICES_DIR/pg" -l "$SERVICES_DIR/pg.log" -w \
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $SERVICES_DIR/pg -c fsync=off -c max_connections=200" start >/dev/null

@@ -205,5 +205,9 @@ AGENTSITE_RUN_BUDGET_USD = float(os.environ.get("AGENTSITE_RUN_BUDGET_USD", "0.5
 AGENTSITE_RUN_BUDGET_TOKENS = int(os.environ.get("AGENTSITE_RUN_BUDGET_TOKENS", "200000"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+# Retries of errors a tool declares retryable: exponential backoff with full jitter.
+AGENTSITE_TOOL_MAX_ATTEMPTS = int(os.environ.get("AGENTSITE_TOOL_MAX_ATTEMPTS", "3"))
+AGENTSITE_TOOL_RETRY_BASE_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_BASE_S", "0.5"))
+AGENTSITE_TOOL_RETRY_CAP_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_CAP_S", "10"))
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))

@@ -10,6 +10,7 @@ import heapq
 import json
 import logging
 import queue
+import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +29,7 @@ from plans.engine import (
     Plan,
     Scheduler,
     UnresolvedPlaceholder,
+    backoff_delay,
     blocked_result,
     budget_problem,
     check_args,
@@ -103,6 +105,7 @@ class ToolOutcome:
     idempotency_key: str
     started_at: datetime
     duration_ms: float
+    retryable: bool = False
 
 
 def invoke_tool(
@@ -113,20 +116,21 @@ def invoke_tool(
     t0 = time.perf_counter()
     result: Any = None
     error = ""
+    retryable = False
     try:
         if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
             raise PermissionError(
                 f"{spec.name} is destructive and has no approval for these arguments"
             )
         result = _jsonable(spec.call(args, idempotency_key=key))
-    except ToolError as exc:
-        error = str(exc)
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        error = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
+        retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
     finally:
         if connection.connection is not None:
             connection.close()
-    return ToolOutcome(result, error, key, started_at, (time.perf_counter() - t0) * 1000)
+    duration_ms = (time.perf_counter() - t0) * 1000
+    return ToolOutcome(result, error, key, started_at, duration_ms, retryable)
 
 
 def _jsonable(value: Any) -> Any:
@@ -341,6 +345,11 @@ class StepsExecution:
         self.inflight: dict[Future[ToolOutcome], int] = {}  # future -> step id
         self.completed: queue.SimpleQueue[Future[ToolOutcome]] = queue.SimpleQueue()
         self.deadlines: list[tuple[float, int, Future[ToolOutcome]]] = []  # a heap
+        self.retries: list[tuple[float, int]] = []  # a heap of (due, step id)
+        self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
+        self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
+        self.rng = random.Random()
+        self.pool = tool_pool()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
@@ -369,15 +378,18 @@ class StepsExecution:
 
     def execute(self) -> bool:
         """Run until every step finished (False) or only approvals remain (True: parked)."""
-        pool = tool_pool()
+        pool = self.pool
         last_poll = time.monotonic()
         while True:
             cancelled = self.recorder.cancel_requested or self.run.cancel_requested
             if not cancelled:
+                self._retry_due(pool)
                 room = self.run.max_parallel_steps - len(self.inflight)
                 for step_id in self.scheduler.take_ready(limit=max(room, 0)):
                     self._launch(step_id, pool)
-            if not self.inflight:
+            elif self.retries:
+                self._give_up_retries("the run was cancelled before the retry")
+            if not self.inflight and not self.retries:
                 if self.awaiting and not cancelled:
                     if self._apply_decisions(pool):
                         continue
@@ -468,6 +480,7 @@ class StepsExecution:
             invoke_tool, spec, args, key=idempotency_key(spec.name, args), approval=approval
         )
         self.inflight[future] = step.step_id
+        self.calls[step.step_id] = (spec, args, approval)
         heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, future))
         future.add_done_callback(self.completed.put)
 
@@ -532,6 +545,16 @@ class StepsExecution:
         step_id = self.inflight.pop(future)
         outcome = future.result()
         step = self.steps[step_id]
+        self._record_attempt(step, outcome)
+        self.reconciling.discard(step_id)
+        if not outcome.error:
+            self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
+        elif outcome.retryable and step.attempts < settings.AGENTSITE_TOOL_MAX_ATTEMPTS:
+            self._schedule_retry(step, outcome.error)
+        else:
+            self._finish_step(step, Outcome.FAILED, error=outcome.error)
+
+    def _record_attempt(self, step: Step, outcome: ToolOutcome) -> None:
         self.recorder.tool_call(
             run_id=self.run.pk,
             step_id=step.pk,
@@ -544,10 +567,37 @@ class StepsExecution:
             started_at=outcome.started_at,
             duration_ms=outcome.duration_ms,
         )
-        if outcome.error:
-            self._finish_step(step, Outcome.FAILED, error=outcome.error)
-        else:
-            self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
+
+    def _schedule_retry(self, step: Step, error: str) -> None:
+        """Try again after exponential backoff with full jitter."""
+        delay = backoff_delay(
+            step.attempts,
+            base=settings.AGENTSITE_TOOL_RETRY_BASE_S,
+            cap=settings.AGENTSITE_TOOL_RETRY_CAP_S,
+            rng=self.rng,
+        )
+        heapq.heappush(self.retries, (time.monotonic() + delay, step.step_id))
+        self.recorder.event(
+            "step_retrying",
+            step=step.step_id,
+            tool=step.tool,
+            attempt=step.attempts,
+            error=error,
+            delay_s=round(delay, 3),
+        )
+
+    def _retry_due(self, pool: ThreadPoolExecutor) -> None:
+        now = time.monotonic()
+        while self.retries and self.retries[0][0] <= now:
+            _, step_id = heapq.heappop(self.retries)
+            spec, args, approval = self.calls[step_id]
+            self._submit(self.steps[step_id], spec, args, approval, pool)
+
+    def _give_up_retries(self, reason: str) -> None:
+        while self.retries:
+            _, step_id = heapq.heappop(self.retries)
+            step = self.steps[step_id]
+            self._finish_step(step, Outcome.FAILED, error=f"{step.error or 'failed'}; {reason}")
 
     def _next_completed(self) -> list[Future[ToolOutcome]]:
         """Wait for at least one finished call (or the next timer), then take all finished."""
@@ -569,16 +619,47 @@ class StepsExecution:
             _, step_id, future = heapq.heappop(self.deadlines)
             if future in self.inflight:
                 del self.inflight[future]
-                step = self.steps[step_id]
-                spec = self.advancer.registry[step.tool]
-                seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-                self._finish_step(step, Outcome.FAILED, error=f"timed out after {seconds:g}s")
+                self._timed_out(self.steps[step_id])
+
+    def _timed_out(self, step: Step) -> None:
+        """A call ran past its limit; its thread is abandoned and its outcome is unknown."""
+        spec, args, approval = self.calls[step.step_id]
+        seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+        error = f"timed out after {seconds:g}s"
+        key = idempotency_key(spec.name, args)
+        self._record_attempt(
+            step, ToolOutcome(None, error, key, step.started_at or timezone.now(), seconds * 1000)
+        )
+        if spec.destructive:
+            if step.step_id in self.reconciling:
+                self.reconciling.discard(step.step_id)
+                self._finish_step(
+                    step,
+                    Outcome.FAILED,
+                    error=f"{error}; outcome unknown: the reconciling call timed out too",
+                )
+                return
+            # The effect may or may not have happened: ask again with the same idempotency key,
+            # which returns the recorded effect or performs it once. Never a blind retry.
+            self.reconciling.add(step.step_id)
+            self.recorder.event(
+                "step_outcome_unknown", step=step.step_id, tool=step.tool, error=error
+            )
+            self._submit(step, spec, args, approval, self.pool)
+            return
+        if TimeoutError in spec.retryable and step.attempts < settings.AGENTSITE_TOOL_MAX_ATTEMPTS:
+            self._schedule_retry(step, error)
+            return
+        self._finish_step(step, Outcome.FAILED, error=error)
 
     def _wait_timeout(self) -> float | None:
         """Until the next deadline, decision poll or group commit, whichever is first."""
+        now = time.monotonic()
         candidates = []
         if self.deadlines:
-            candidates.append(self.deadlines[0][0] - time.monotonic())
+            candidates.append(self.deadlines[0][0] - now)
+        if self.retries:
+            candidates.append(self.retries[0][0] - now)
         if self.awaiting:
             candidates.append(DECISION_POLL_S)
         flush_in = self.recorder.flush_due_in()

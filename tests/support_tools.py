@@ -36,3 +36,47 @@ def explode(message: str) -> str:
 def echo(text: str) -> str:
     """Return the text unchanged."""
     return text
+
+
+class Flaky(Exception):
+    """A transient failure the flaky tool declares retryable."""
+
+
+flaky_calls: dict[str, int] = {}
+hang_release = threading.Event()
+
+
+@tool(retryable=(Flaky,))
+def flaky(label: str, failures: int) -> str:
+    """Fail with Flaky the first `failures` times for this label, then succeed."""
+    flaky_calls[label] = flaky_calls.get(label, 0) + 1
+    if flaky_calls[label] <= failures:
+        raise Flaky(f"transient failure {flaky_calls[label]}")
+    return f"{label} ok after {flaky_calls[label]} calls"
+
+
+@tool(retryable=(Flaky,))
+def bad_input(text: str) -> str:
+    """Fails with a non-retryable error even though it declares Flaky retryable."""
+    raise ToolError(f"cannot handle {text!r}")
+
+
+@tool(timeout_s=0.2)
+def hang(label: str) -> str:
+    """Blocks until released by the test (or 5 s), far past its 0.2 s limit."""
+    hang_release.wait(5)
+    return label
+
+
+@tool(destructive=True, timeout_s=0.3)
+def slow_charge(account: str, amount: int, idempotency_key: str) -> dict:
+    """Charges once per key; the first call does its work, then hangs past the limit."""
+    from plans.models import LedgerEntry
+
+    entry, created = LedgerEntry.objects.get_or_create(
+        idempotency_key=idempotency_key,
+        defaults={"kind": "charge", "details": {"account": account, "amount": amount}},
+    )
+    if created:
+        hang_release.wait(1.0)  # the effect is done; the reply is late
+    return {"charged": amount, "entry": entry.pk}

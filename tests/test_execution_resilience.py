@@ -1,0 +1,95 @@
+"""Retries with backoff for declared-retryable errors, time limits, and unknown outcomes."""
+
+import pytest
+
+from plans.execution import advance_run
+from plans.models import Approval, LedgerEntry, RunEvent, Step, ToolCall
+from plans.services.approvals import approval_decide
+from plans.services.runs import run_create
+from tests import support_tools
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fault_tools(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    settings.AGENTSITE_TOOL_RETRY_BASE_S = 0.01
+    settings.AGENTSITE_TOOL_RETRY_CAP_S = 0.05
+    support_tools.flaky_calls.clear()
+    support_tools.hang_release.clear()
+    yield
+    support_tools.hang_release.set()  # let abandoned calls finish
+
+
+def run_steps(author, steps):
+    run = run_create(author=author, goal_text="resilience", plan_data={"steps": steps})
+    advance_run(run.pk)
+    run.refresh_from_db()
+    return run, {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+
+
+def test_a_retryable_error_is_retried_with_every_attempt_recorded(author):
+    run, steps = run_steps(
+        author, [{"id": 1, "tool": "flaky", "args": {"label": "a", "failures": 2}}]
+    )
+
+    calls = list(ToolCall.objects.filter(step=steps[1]).order_by("attempt"))
+    assert steps[1].status == "succeeded" and steps[1].result == "a ok after 3 calls"
+    assert steps[1].attempts == 3
+    assert [c.attempt for c in calls] == [1, 2, 3]
+    assert [bool(c.error) for c in calls] == [True, True, False]
+    retries = RunEvent.objects.filter(run=run, kind="step_retrying")
+    assert [e.payload["attempt"] for e in retries] == [1, 2]
+    assert all(0 <= e.payload["delay_s"] <= 0.05 for e in retries)
+
+
+def test_retries_stop_at_the_attempt_limit(author, settings):
+    settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 3
+    _, steps = run_steps(
+        author, [{"id": 1, "tool": "flaky", "args": {"label": "b", "failures": 9}}]
+    )
+
+    assert steps[1].status == "failed"
+    assert steps[1].error == "Flaky: transient failure 3"
+    assert ToolCall.objects.filter(step=steps[1]).count() == 3
+
+
+def test_an_error_the_tool_did_not_declare_retryable_is_not_retried(author):
+    _, steps = run_steps(author, [{"id": 1, "tool": "bad_input", "args": {"text": "x"}}])
+
+    assert steps[1].status == "failed"
+    assert ToolCall.objects.filter(step=steps[1]).count() == 1
+
+
+def test_a_call_past_its_time_limit_becomes_a_timed_out_observation(author):
+    run, steps = run_steps(
+        author,
+        [
+            {"id": 1, "tool": "hang", "args": {"label": "slow"}},
+            {"id": 2, "tool": "echo", "args": {"text": "independent"}},
+        ],
+    )
+
+    assert steps[1].status == "failed"
+    assert steps[1].error == "timed out after 0.2s"
+    assert ToolCall.objects.get(step=steps[1]).error == "timed out after 0.2s"
+    assert steps[2].status == "succeeded"
+    assert run.answer
+
+
+def test_a_destructive_call_that_times_out_is_reconciled_with_its_key_and_happens_once(
+    author, reviewer
+):
+    plan = {"steps": [{"id": 1, "tool": "slow_charge", "args": {"account": "X", "amount": 5}}]}
+    run = run_create(author=author, goal_text="charge", plan_data=plan)
+    advance_run(run.pk)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+
+    step = Step.objects.get(plan__run=run, step_id=1)
+    calls = list(ToolCall.objects.filter(step=step).order_by("attempt"))
+    assert step.status == "succeeded"
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1
+    assert [c.error for c in calls] == ["timed out after 0.3s", ""]
+    assert calls[0].idempotency_key == calls[1].idempotency_key
+    assert RunEvent.objects.filter(run=run, kind="step_outcome_unknown").count() == 1
