@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from plans.audit import GENESIS, event_hash
 from plans.bulk import insert_rows
 from plans.models import Run, RunEvent
 
@@ -51,18 +52,29 @@ def append_events(
         if lease_token is not None:
             raise LeaseLost(f"run {run_id}: lease {lease_token} is no longer held")
         raise Run.DoesNotExist(f"run {run_id} does not exist")
-    last_seq, cancel_requested = Run.objects.filter(pk=run_id).values_list(
-        "last_seq", "cancel_requested"
+    last_seq, cancel_requested, prev_hash = Run.objects.filter(pk=run_id).values_list(
+        "last_seq", "cancel_requested", "last_event_hash"
     )[0]
     if not entries:
         return [], cancel_requested
     now = timezone.now()
     first = last_seq - len(entries) + 1
-    rows = [
-        {"run_id": run_id, "seq": first + i, "kind": kind, "payload": dict(payload), "at": now}
-        for i, (kind, payload) in enumerate(entries)
-    ]
+    prev_hash = prev_hash or GENESIS
+    rows = []
+    for i, (kind, payload) in enumerate(entries):
+        row = {"run_id": run_id, "seq": first + i, "kind": kind, "payload": dict(payload)}
+        row.update(at=now, prev_hash=prev_hash)
+        row["hash"] = prev_hash = event_hash(
+            run_id=run_id,
+            seq=row["seq"],
+            kind=kind,
+            payload=row["payload"],
+            at=now,
+            prev_hash=row["prev_hash"],
+        )
+        rows.append(row)
     insert_rows(RunEvent, rows)
+    Run.objects.filter(pk=run_id).update(last_event_hash=prev_hash)
     events = [
         {
             "run": run_id,
@@ -162,9 +174,15 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     publisher.bind_server_loop(loop)
 
 
+# Events that change what the approvals inbox holds (decisions announce themselves).
+INBOX_KINDS = frozenset({"approval_requested", "run_finished"})
+
+
 def publish_events(run_id: int, events: list[dict[str, Any]]) -> None:
     """One message per commit: consumers receive the batch in seq order."""
     group_send(run_group(run_id), {"type": "run.events", "events": events})
+    if any(event["kind"] in INBOX_KINDS for event in events):
+        group_send(INBOX_GROUP, {"type": "inbox.changed"})
 
 
 def publish_transient(run_id: int, kind: str, payload: Mapping[str, Any]) -> None:

@@ -6,7 +6,28 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
+
+
+class MillisecondsBetween(Func):
+    """Whole milliseconds from a start to an end timestamp (NULL if either is), for SQL indexes."""
+
+    output_field = models.BigIntegerField()
+    arity = 2
+
+    def as_sql(self, compiler, connection, **extra_context):
+        start, start_params = compiler.compile(self.source_expressions[0])
+        end, end_params = compiler.compile(self.source_expressions[1])
+        # Immutable on PostgreSQL (timestamptz minus timestamptz), so it may be stored and indexed.
+        sql = f"CAST(EXTRACT(EPOCH FROM ({end} - {start})) * 1000 AS BIGINT)"
+        return sql, (*end_params, *start_params)
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        start, start_params = compiler.compile(self.source_expressions[0])
+        end, end_params = compiler.compile(self.source_expressions[1])
+        # julianday() is built in and deterministic: no Django function needed to read the file.
+        sql = f"CAST(ROUND((julianday({end}) - julianday({start})) * 86400000) AS INTEGER)"
+        return sql, (*end_params, *start_params)
 
 
 class Goal(models.Model):
@@ -74,18 +95,26 @@ class Run(models.Model):
     # Denormalised for the runs list: filter by tool without a join per row.
     tools_used = models.JSONField(default=list, blank=True)
 
-    # Event seq allocation and the single-writer lease (fencing token).
+    # Event seq allocation, the head of the event hash chain, and the single-writer lease.
     last_seq = models.PositiveBigIntegerField(default=0)
+    last_event_hash = models.CharField(max_length=64, blank=True)
     lease_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Computed by the database whenever either timestamp changes, so the runs list can sort by it.
+    duration_ms = models.GeneratedField(
+        expression=MillisecondsBetween(F("started_at"), F("finished_at")),
+        output_field=models.BigIntegerField(null=True),
+        db_persist=True,
+    )
 
     class Meta:
         indexes = [
             models.Index(fields=["-created_at"]),
+            models.Index(fields=["duration_ms"], name="run_duration_idx"),
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["cost_usd"]),
             models.Index(fields=["lease_expires_at"], name="run_lease_idx"),
@@ -236,6 +265,9 @@ class RunEvent(models.Model):
     kind = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
     at = models.DateTimeField()
+    # Tamper evidence: each event's hash covers its content and its predecessor's hash.
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64, blank=True)
 
     class Meta:
         constraints = [

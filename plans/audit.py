@@ -1,0 +1,67 @@
+"""The tamper-evident event log: each event's hash covers its content and its predecessor."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from plans.engine import canonical_json
+from plans.models import Run, RunEvent
+
+GENESIS = "0" * 64
+
+
+def event_hash(
+    *, run_id: int, seq: int, kind: str, payload: Mapping[str, Any], at: datetime, prev_hash: str
+) -> str:
+    content = canonical_json(
+        {
+            "run": run_id,
+            "seq": seq,
+            "kind": kind,
+            "payload": payload,
+            "at": at.isoformat(),
+            "prev": prev_hash,
+        }
+    )
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def chain_problems(run: Run) -> list[str]:
+    """Every way the run's stored events differ from the chain they were written as."""
+    problems: list[str] = []
+    expected_prev = GENESIS
+    expected_seq = 1
+    events = RunEvent.objects.filter(run=run).order_by("seq").iterator(chunk_size=2000)
+    for event in events:
+        if event.seq != expected_seq:
+            problems.append(
+                f"run {run.pk}: events #{expected_seq}..#{event.seq - 1} are missing"
+                if event.seq > expected_seq
+                else f"run {run.pk}: event #{event.seq} appears twice"
+            )
+        if event.prev_hash != expected_prev:
+            problems.append(
+                f"run {run.pk}: event #{event.seq} ({event.kind}) does not follow the event "
+                "before it (an event was removed, reordered or altered before it)"
+            )
+        recomputed = event_hash(
+            run_id=run.pk,
+            seq=event.seq,
+            kind=event.kind,
+            payload=event.payload,
+            at=event.at,
+            prev_hash=event.prev_hash,
+        )
+        if recomputed != event.hash:
+            problems.append(f"run {run.pk}: event #{event.seq} ({event.kind}) was altered")
+        expected_prev = event.hash
+        expected_seq = event.seq + 1
+    if expected_seq - 1 != run.last_seq or expected_prev != (run.last_event_hash or GENESIS):
+        problems.append(
+            f"run {run.pk}: the log ends at #{expected_seq - 1} but #{run.last_seq} was written "
+            "(events at the end were removed or altered)"
+        )
+    return problems
