@@ -209,5 +209,8 @@ AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"
 AGENTSITE_TOOL_MAX_ATTEMPTS = int(os.environ.get("AGENTSITE_TOOL_MAX_ATTEMPTS", "3"))
 AGENTSITE_TOOL_RETRY_BASE_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_BASE_S", "0.5"))
 AGENTSITE_TOOL_RETRY_CAP_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_CAP_S", "10"))
+# A tool's circuit opens after this many consecutive failures, for this long.
+AGENTSITE_BREAKER_FAILURES = int(os.environ.get("AGENTSITE_BREAKER_FAILURES", "5"))
+AGENTSITE_BREAKER_COOLDOWN_S = float(os.environ.get("AGENTSITE_BREAKER_COOLDOWN_S", "30"))
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
     Outcome,
@@ -106,6 +107,7 @@ class ToolOutcome:
     started_at: datetime
     duration_ms: float
     retryable: bool = False
+    tool_fault: bool = False  # the tool misbehaved (not a refusal of its input): breaker counts it
 
 
 def invoke_tool(
@@ -114,23 +116,23 @@ def invoke_tool(
     """Call a tool in a pool thread; a destructive one needs an approval of these exact args."""
     started_at = timezone.now()
     t0 = time.perf_counter()
+    if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
+        refusal = f"{spec.name} is destructive and has no approval for these arguments"
+        return ToolOutcome(None, refusal, key, started_at, 0.0)
     result: Any = None
     error = ""
-    retryable = False
+    retryable = fault = False
     try:
-        if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
-            raise PermissionError(
-                f"{spec.name} is destructive and has no approval for these arguments"
-            )
         result = _jsonable(spec.call(args, idempotency_key=key))
     except Exception as exc:
         error = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
         retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
+        fault = retryable or not isinstance(exc, ToolError)
     finally:
         if connection.connection is not None:
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
-    return ToolOutcome(result, error, key, started_at, duration_ms, retryable)
+    return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
 
 
 def _jsonable(value: Any) -> Any:
@@ -449,6 +451,9 @@ class StepsExecution:
                 return
             approval = gate.approval
             args = gate.call_args
+        if not circuit_admits(step.tool):
+            self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
+            return
         self._submit(step, spec, args, approval, pool)
 
     def _submit(
@@ -547,6 +552,7 @@ class StepsExecution:
         step = self.steps[step_id]
         self._record_attempt(step, outcome)
         self.reconciling.discard(step_id)
+        circuit_record(step.tool, failed=outcome.tool_fault, error=outcome.error)
         if not outcome.error:
             self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
         elif outcome.retryable and step.attempts < settings.AGENTSITE_TOOL_MAX_ATTEMPTS:
@@ -626,6 +632,7 @@ class StepsExecution:
         spec, args, approval = self.calls[step.step_id]
         seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
         error = f"timed out after {seconds:g}s"
+        circuit_record(step.tool, failed=True, error=error)
         key = idempotency_key(spec.name, args)
         self._record_attempt(
             step, ToolOutcome(None, error, key, step.started_at or timezone.now(), seconds * 1000)

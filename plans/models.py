@@ -339,6 +339,25 @@ class ToolCall(models.Model):
         return f"{self.tool} attempt {self.attempt}"
 
 
+class CircuitBreaker(models.Model):
+    """A tool's availability, shared by every run and process: closed, open or half-open."""
+
+    class State(models.TextChoices):
+        CLOSED = "closed"
+        OPEN = "open"
+        HALF_OPEN = "half_open"
+
+    tool = models.CharField(max_length=100, unique=True)
+    state = models.CharField(max_length=10, choices=State, default=State.CLOSED)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.state}"
+
+
 class LedgerEntry(models.Model):
     """The demo tools' side effects (refunds, bookings, emails), once per idempotency key."""
 

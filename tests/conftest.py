@@ -39,6 +39,14 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def fresh_circuit_cache():
+    """Breaker state lives in the database; the per-process cache must not leak across tests."""
+    from plans.circuits import reset_cache
+
+    reset_cache()
+
+
+@pytest.fixture(autouse=True)
 def fresh_tool_registry():
     """Each test sees the registry its settings describe."""
     from plans.tools import reset_registry

@@ -93,3 +93,76 @@ def test_a_destructive_call_that_times_out_is_reconciled_with_its_key_and_happen
     assert [c.error for c in calls] == ["timed out after 0.3s", ""]
     assert calls[0].idempotency_key == calls[1].idempotency_key
     assert RunEvent.objects.filter(run=run, kind="step_outcome_unknown").count() == 1
+
+
+def test_a_tool_that_keeps_failing_opens_its_circuit_for_every_run(author, settings):
+    from plans.models import CircuitBreaker
+
+    settings.AGENTSITE_BREAKER_FAILURES = 3
+    settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 1
+    for label in ("a", "b", "c"):
+        run_steps(author, [{"id": 1, "tool": "flaky", "args": {"label": label, "failures": 9}}])
+    calls_before = sum(support_tools.flaky_calls.values())
+
+    _, steps = run_steps(
+        author, [{"id": 1, "tool": "flaky", "args": {"label": "d", "failures": 0}}]
+    )
+
+    assert CircuitBreaker.objects.get(tool="flaky").state == "open"
+    assert steps[1].status == "failed"
+    assert steps[1].error == "tool unavailable (circuit open)"
+    assert sum(support_tools.flaky_calls.values()) == calls_before  # answered without a call
+
+
+def test_after_the_cooldown_one_probe_closes_the_circuit_again(author, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from plans.circuits import reset_cache
+    from plans.models import CircuitBreaker
+
+    CircuitBreaker.objects.create(
+        tool="flaky",
+        state="open",
+        consecutive_failures=5,
+        opened_at=timezone.now() - timedelta(seconds=settings.AGENTSITE_BREAKER_COOLDOWN_S + 1),
+    )
+    reset_cache()
+
+    _, steps = run_steps(
+        author, [{"id": 1, "tool": "flaky", "args": {"label": "p", "failures": 0}}]
+    )
+
+    breaker = CircuitBreaker.objects.get(tool="flaky")
+    assert steps[1].status == "succeeded"
+    assert breaker.state == "closed" and breaker.consecutive_failures == 0
+
+
+def test_a_failed_probe_reopens_the_circuit(author, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from plans.models import CircuitBreaker
+
+    settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 1
+    long_ago = timezone.now() - timedelta(seconds=settings.AGENTSITE_BREAKER_COOLDOWN_S + 1)
+    CircuitBreaker.objects.create(
+        tool="flaky", state="open", consecutive_failures=5, opened_at=long_ago
+    )
+
+    run_steps(author, [{"id": 1, "tool": "flaky", "args": {"label": "q", "failures": 9}}])
+
+    breaker = CircuitBreaker.objects.get(tool="flaky")
+    assert breaker.state == "open" and breaker.opened_at > long_ago
+
+
+def test_a_tool_refusing_its_input_does_not_count_against_its_circuit(author, settings):
+    from plans.models import CircuitBreaker
+
+    settings.AGENTSITE_BREAKER_FAILURES = 2
+    for _ in range(3):
+        run_steps(author, [{"id": 1, "tool": "bad_input", "args": {"text": "x"}}])
+
+    assert not CircuitBreaker.objects.filter(tool="bad_input", state="open").exists()
