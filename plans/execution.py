@@ -27,9 +27,9 @@ from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
     Outcome,
-    Plan,
     Scheduler,
     UnresolvedPlaceholder,
+    args_sha256,
     backoff_delay,
     blocked_result,
     budget_problem,
@@ -43,6 +43,7 @@ from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Approval, ModelCall, Run, Step
+from plans.models import Plan as PlanRow
 from plans.recorder import RunRecorder
 from plans.services.approvals import (
     Verdict,
@@ -50,7 +51,13 @@ from plans.services.approvals import (
     approval_is_valid_for_call,
     approval_request,
 )
-from plans.services.plans import plan_current, plan_from_planner, plan_to_engine
+from plans.services.plans import (
+    declined_calls,
+    plan_current,
+    plan_from_planner,
+    plan_from_replanner,
+    plan_to_engine,
+)
 from plans.tools import ToolError, ToolSpec, get_registry
 
 logger = logging.getLogger(__name__)
@@ -156,7 +163,6 @@ class RunAdvancer:
                 return run.status
             plan_row = plan_current(run)
             assert plan_row is not None
-        steps = {s.step_id: s for s in plan_row.steps.all()}
         if run.started_at is None:
             run.started_at = timezone.now()
             self.recorder.run_changed(started_at=run.started_at)
@@ -167,14 +173,44 @@ class RunAdvancer:
             self.recorder.event("run_resumed")
         if run.status != Run.Status.RUNNING:
             self._set_status(Run.Status.RUNNING)
-        parked = StepsExecution(self, plan_to_engine(plan_row), steps).execute()
-        if parked:
-            return Run.Status.AWAITING_APPROVAL
-        if self.recorder.cancel_requested or run.cancel_requested:
-            return self._finish(Run.Status.CANCELLED)
+        while True:
+            steps = {s.step_id: s for s in plan_row.steps.all()}
+            parked = StepsExecution(self, plan_row, steps).execute()
+            if parked:
+                return Run.Status.AWAITING_APPROVAL
+            if self.recorder.cancel_requested or run.cancel_requested:
+                return self._finish(Run.Status.CANCELLED)
+            if not self._may_replan(steps):
+                break
+            replanned = self._replan(plan_row, steps)
+            if replanned is None:
+                return run.status  # a model call ended the run (budget, error)
+            if not replanned.is_valid:
+                break  # the answer is written from what is known
+            plan_row = replanned
         if not self._answer(plan_row, steps):
             return run.status
         return self._finish(_final_status(steps.values()))
+
+    def _may_replan(self, steps: dict[int, Step]) -> bool:
+        """Replan a planner's plan after a failure, at most AGENTSITE_MAX_REPLANS times per run."""
+        if not any(step.status == Step.Status.FAILED for step in steps.values()):
+            return False
+        if self.run.plans.filter(source="file").exists():
+            return False  # a plan given by a person is run as given
+        return self.run.plans.filter(source="replan").count() < settings.AGENTSITE_MAX_REPLANS
+
+    def _replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> PlanRow | None:
+        failed = sorted(s.step_id for s in steps.values() if s.status == Step.Status.FAILED)
+        self.recorder.event("replan_started", version=plan_row.version, failed_steps=failed)
+        self.recorder.flush(wait=True)
+        return plan_from_replanner(
+            run=self.run,
+            current=plan_row,
+            outcomes=_outcomes(steps),
+            call_model=self._call_model_and_flush,
+            lease=self.lease,
+        )
 
     def _plan(self) -> bool:
         """Ask the planner for a plan; False when the run ended here (invalid, budget, error)."""
@@ -193,22 +229,11 @@ class RunAdvancer:
             self.recorder.flush(wait=True)
         return completion
 
-    def _answer(self, plan_row: Any, steps: dict[int, Step]) -> bool:
-        outcomes = [
-            {
-                "id": s.step_id,
-                "tool": s.tool,
-                "args": s.resolved_args if s.resolved_args is not None else s.args,
-                "status": s.status,
-                "result": s.result,
-                "error": s.error,
-            }
-            for s in sorted(steps.values(), key=lambda s: s.step_id)
-        ]
+    def _answer(self, plan_row: PlanRow, steps: dict[int, Step]) -> bool:
         request = answer_request(
             goal=self.run.goal.text,
             plan={"steps": [_step_json(s) for s in steps.values()]},
-            outcomes=outcomes,
+            outcomes=_outcomes(steps),
             model=model_for("answer"),
         )
         run_id = self.run.pk
@@ -333,7 +358,8 @@ class RunAdvancer:
 class StepsExecution:
     """Runs a plan's steps as soon as their dependencies finish, up to the run's parallelism."""
 
-    def __init__(self, advancer: RunAdvancer, plan: Plan, steps: dict[int, Step]) -> None:
+    def __init__(self, advancer: RunAdvancer, plan_row: PlanRow, steps: dict[int, Step]) -> None:
+        plan = plan_to_engine(plan_row)
         self.advancer = advancer
         self.lease = advancer.lease
         self.recorder = advancer.recorder
@@ -351,6 +377,8 @@ class StepsExecution:
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
         self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
+        self.reusable = _results_of_earlier_versions(plan_row)
+        self.declined = declined_calls(self.run)
         self.pool = tool_pool()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
@@ -436,7 +464,18 @@ class StepsExecution:
                 error="arguments after substitution are invalid: " + "; ".join(problems),
             )
             return
+        call_hash = args_sha256(step.tool, args)
+        if call_hash in self.reusable:
+            # Same tool, same resolved arguments as a step of an earlier plan version: not rerun.
+            result, origin = self.reusable[call_hash]
+            self._finish_step(step, Outcome.SUCCEEDED, result=result, reused_from=origin)
+            return
         approval = None
+        if spec.destructive and call_hash in self.declined:
+            reason = self.declined[call_hash]
+            result = blocked_result(step.tool, reason)
+            self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+            return
         if spec.destructive:
             gate = approval_gate(step=step, resolved_args=args)
             if gate.verdict is Verdict.REJECTED:
@@ -675,7 +714,13 @@ class StepsExecution:
         return max(0.0, min(candidates)) if candidates else None
 
     def _finish_step(
-        self, step: Step, outcome: Outcome, *, result: Any = None, error: str = ""
+        self,
+        step: Step,
+        outcome: Outcome,
+        *,
+        result: Any = None,
+        error: str = "",
+        reused_from: str = "",
     ) -> None:
         step.status = outcome.value
         step.result = result
@@ -686,6 +731,8 @@ class StepsExecution:
         payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "status": step.status}
         if step.duration_s is not None:
             payload["duration_ms"] = round(step.duration_s * 1000, 3)
+        if reused_from:
+            payload["reused_from"] = reused_from
         if outcome is Outcome.SUCCEEDED:
             payload["result"] = result
         else:
@@ -739,8 +786,38 @@ class _DecisionRaced(Exception):
     pass
 
 
+def _outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": s.step_id,
+            "tool": s.tool,
+            "args": s.resolved_args if s.resolved_args is not None else s.args,
+            "status": s.status,
+            "result": s.result,
+            "error": s.error,
+        }
+        for s in sorted(steps.values(), key=lambda s: s.step_id)
+    ]
+
+
 def _step_json(step: Step) -> dict[str, Any]:
     return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+
+
+def _results_of_earlier_versions(plan_row: PlanRow) -> dict[str, tuple[Any, str]]:
+    """Succeeded calls of the run's earlier plan versions: args hash -> (result, origin)."""
+    earlier = Step.objects.filter(
+        plan__run_id=plan_row.run_id,
+        plan__version__lt=plan_row.version,
+        status=Step.Status.SUCCEEDED,
+    ).select_related("plan")
+    return {
+        args_sha256(step.tool, step.resolved_args or step.args): (
+            step.result,
+            f"plan v{step.plan.version} step {step.step_id}",
+        )
+        for step in earlier
+    }
 
 
 def _final_status(steps: Any) -> str:

@@ -14,7 +14,7 @@ from plans import engine
 from plans.events import append_events
 from plans.leases import Lease
 from plans.llm import Completion, ModelRequest, model_for
-from plans.llm.prompts import planner_request, repair_request
+from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
 from plans.tools import get_registry, tool_catalog_for_prompt
 
@@ -91,6 +91,67 @@ def plan_from_planner(
     )
 
 
+def plan_from_replanner(
+    *,
+    run: Run,
+    current: Plan,
+    outcomes: list[dict[str, Any]],
+    call_model: Callable[[ModelRequest], Completion | None],
+    lease: Lease | None,
+) -> Plan | None:
+    """A new plan version after failures; None if a model call ended the run."""
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    request = replan_request(
+        goal=run.goal.text,
+        catalog=tool_catalog_for_prompt(get_registry()),
+        max_steps=max_steps,
+        model=model_for("replan"),
+        plan={"steps": [_step_json(step) for step in current.steps.all()]},
+        outcomes=outcomes,
+    )
+    completion = call_model(request)
+    if completion is None:
+        return None
+    plan, problems, _ = plan_parse_and_check(completion.text, max_steps=max_steps)
+    problems += _redeclined_calls(run, plan)
+    return plan_store(
+        run=run,
+        raw_output=completion.text,
+        plan=plan if not problems else None,
+        problems=problems,
+        source="replan",
+        lease=lease,
+        ends_run_if_invalid=False,
+    )
+
+
+def _redeclined_calls(run: Run, plan: engine.Plan | None) -> list[str]:
+    """A replan may not propose again a destructive call a reviewer declined."""
+    if plan is None:
+        return []
+    declined = declined_calls(run)
+    return [
+        f"step {step.id}: a reviewer declined {step.tool} with these arguments; "
+        "it may not be proposed again"
+        for step in plan.steps
+        if engine.args_sha256(step.tool, step.args) in declined
+    ]
+
+
+def declined_calls(run: Run) -> dict[str, str]:
+    """The calls reviewers declined in this run: args hash -> the reviewer's reason."""
+    return {
+        engine.args_sha256(tool, args): reason
+        for tool, args, reason in run.approvals.filter(decision="rejected").values_list(
+            "tool", "requested_args", "reason"
+        )
+    }
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+
+
 def plan_store(
     *,
     run: Run,
@@ -99,8 +160,9 @@ def plan_store(
     problems: list[str],
     source: str,
     lease: Lease | None = None,
+    ends_run_if_invalid: bool = True,
 ) -> Plan:
-    """Store a plan version and its steps; an invalid plan ends the run as invalid_plan."""
+    """Store a plan version and its steps; an invalid first plan ends the run as invalid_plan."""
     registry = get_registry()
     with transaction.atomic():
         latest = run.plans.aggregate(version=Max("version"))["version"] or 0
@@ -131,7 +193,7 @@ def plan_store(
                     for step in plan.steps
                 ]
             )
-            run_fields["tools_used"] = sorted({step.tool for step in plan.steps})
+            run_fields["tools_used"] = sorted({*run.tools_used, *(s.tool for s in plan.steps)})
             events = [
                 (
                     "plan_created",
@@ -144,14 +206,16 @@ def plan_store(
                 )
             ]
         else:
-            now = timezone.now()
-            run_fields.update(
-                status=Run.Status.INVALID_PLAN, finished_at=now, error="; ".join(problems)
-            )
             events = [
-                ("plan_invalid", {"version": row.version, "source": source, "problems": problems}),
-                ("run_finished", {"status": Run.Status.INVALID_PLAN}),
+                ("plan_invalid", {"version": row.version, "source": source, "problems": problems})
             ]
+            if ends_run_if_invalid:
+                run_fields.update(
+                    status=Run.Status.INVALID_PLAN,
+                    finished_at=timezone.now(),
+                    error="; ".join(problems),
+                )
+                events.append(("run_finished", {"status": Run.Status.INVALID_PLAN}))
         append_events(
             run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
         )
