@@ -214,4 +214,6 @@ AGENTSITE_TOOL_RETRY_CAP_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_CAP_S", 
 AGENTSITE_BREAKER_FAILURES = int(os.environ.get("AGENTSITE_BREAKER_FAILURES", "5"))
 AGENTSITE_BREAKER_COOLDOWN_S = float(os.environ.get("AGENTSITE_BREAKER_COOLDOWN_S", "30"))
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
+# A destructive step's approval request left undecided this long blocks the step.
+AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
 AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))

@@ -481,9 +481,13 @@ class StepsExecution:
             if gate.verdict is Verdict.REJECTED:
                 assert gate.approval is not None
                 reason = gate.approval.reason
-                self._finish_step(
-                    step, Outcome.BLOCKED, result=blocked_result(step.tool, reason), error=reason
-                )
+                if gate.approval.decision == Approval.Decision.EXPIRED:
+                    result = (
+                        f"BLOCKED: {step.tool} was not approved in time. {reason}. Do not retry."
+                    )
+                else:
+                    result = blocked_result(step.tool, reason)
+                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
                 return
             if gate.verdict is not Verdict.APPROVED:
                 self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)

@@ -223,6 +223,7 @@ class Approval(models.Model):
         PENDING = "pending"
         APPROVED = "approved"
         REJECTED = "rejected"
+        EXPIRED = "expired"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")

@@ -193,3 +193,77 @@ def test_an_approval_for_other_arguments_does_not_open_the_gate(author, reviewer
 
     assert "no approval" in outcome.error
     assert not LedgerEntry.objects.exists()
+
+
+def test_an_approval_left_undecided_past_its_ttl_expires_and_blocks_the_step(author, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from plans.services.approvals import approvals_expire
+
+    run = start_refund(author)
+    settings.AGENTSITE_APPROVAL_TTL_S = 3600
+    Approval.objects.filter(run=run).update(requested_at=timezone.now() - timedelta(hours=2))
+
+    assert approvals_expire() == [run.pk]
+
+    run.refresh_from_db()
+    approval = Approval.objects.get(run=run)
+    step = Step.objects.get(plan__run=run, step_id=2)
+    assert approval.decision == "expired"
+    assert run.status == Run.Status.BLOCKED  # the continuation ran (inline tasks in tests)
+    assert step.status == "blocked"
+    assert step.result.startswith("BLOCKED: issue_refund was not approved in time.")
+    assert "approval expired" in step.result
+    assert not LedgerEntry.objects.exists()
+
+
+def test_an_approval_still_within_its_ttl_does_not_expire(author):
+    from plans.services.approvals import approvals_expire
+
+    run = start_refund(author)
+
+    assert approvals_expire() == []
+    assert Approval.objects.get(run=run).decision == "pending"
+
+
+def test_two_reviewers_deciding_at_once_record_exactly_one_decision(author, reviewer):
+    import threading
+
+    from django.contrib.auth.models import Permission
+    from django.db import connections
+
+    second = type(reviewer).objects.create_user("erin")
+    second.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    second = type(reviewer).objects.get(pk=second.pk)
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def decide(user, approve):
+        barrier.wait()
+        try:
+            approval_decide(
+                approval=approval, reviewer=user, approve=approve, reason="race", resume=False
+            )
+            outcomes.append("recorded")
+        except ApprovalRefused as refused:
+            outcomes.append(str(refused))
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=decide, args=(reviewer, True)),
+        threading.Thread(target=decide, args=(second, False)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    refusals = [outcome for outcome in outcomes if outcome != "recorded"]
+    assert outcomes.count("recorded") == 1
+    assert len(refusals) == 1 and "already" in refusals[0]
+    assert RunEvent.objects.filter(run=run, kind="approval_decided").count() == 1

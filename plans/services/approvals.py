@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -51,7 +52,7 @@ def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecisi
         return GateDecision(Verdict.MISSING)
     if latest.decision == Approval.Decision.PENDING:
         return GateDecision(Verdict.PENDING, latest)
-    if latest.decision == Approval.Decision.REJECTED:
+    if latest.decision in (Approval.Decision.REJECTED, Approval.Decision.EXPIRED):
         return GateDecision(Verdict.REJECTED, latest)
     if latest.args_sha256 != args_sha256(step.tool, latest.args):
         # The stored arguments no longer match what was approved: treat as never approved.
@@ -169,6 +170,67 @@ def approvals_decide(
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
+
+
+def approvals_expire() -> list[int]:
+    """Expire approvals pending longer than AGENTSITE_APPROVAL_TTL_S; returns their runs' ids.
+
+    Their steps are then blocked with "approval expired" when the run is continued.
+    """
+    ttl = settings.AGENTSITE_APPROVAL_TTL_S
+    cutoff = timezone.now() - timedelta(seconds=ttl)
+    stale = list(
+        Approval.objects.filter(decision=Approval.Decision.PENDING, requested_at__lt=cutoff)
+        .exclude(run__status__in=Run.TERMINAL)
+        .values_list("pk", flat=True)
+    )
+    runs: set[int] = set()
+    for approval_id in stale:
+        with transaction.atomic():
+            approval = (
+                Approval.objects.select_for_update()
+                .select_related("step", "run")
+                .get(pk=approval_id)
+            )
+            if approval.decision != Approval.Decision.PENDING:
+                continue  # a reviewer decided in the meantime
+            approval.decision = Approval.Decision.EXPIRED
+            approval.reason = f"approval expired: no decision within {_duration(ttl)}"
+            approval.decided_at = timezone.now()
+            approval.via = "ttl"
+            approval.save()
+            append_events(
+                approval.run_id,
+                [
+                    (
+                        "approval_decided",
+                        {
+                            "approval": approval.pk,
+                            "step": approval.step.step_id,
+                            "tool": approval.tool,
+                            "decision": approval.decision,
+                            "reviewer": "ttl",
+                            "reason": approval.reason,
+                            "args": approval.args,
+                            "edited": False,
+                            "args_sha256": approval.args_sha256,
+                        },
+                    )
+                ],
+            )
+            if approval.run.status == Run.Status.AWAITING_APPROVAL:
+                from plans.tasks import run_enqueue
+
+                run_enqueue(approval.run_id)
+            runs.add(approval.run_id)
+    if stale:
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return sorted(runs)
+
+
+def _duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h" if hours >= 1 else f"{seconds:g} s"
 
 
 def _check_reviewer_may_decide(reviewer: AbstractBaseUser | None) -> None:
