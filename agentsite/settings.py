@@ -204,6 +204,11 @@ AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS"
 AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))
 AGENTSITE_RUN_BUDGET_USD = float(os.environ.get("AGENTSITE_RUN_BUDGET_USD", "0.50"))
 AGENTSITE_RUN_BUDGET_TOKENS = int(os.environ.get("AGENTSITE_RUN_BUDGET_TOKENS", "200000"))
+# Each author's model spend per UTC day (0: no cap), and the model-call rate shared by all.
+AGENTSITE_AUTHOR_DAILY_USD = float(os.environ.get("AGENTSITE_AUTHOR_DAILY_USD", "5.00"))
+AGENTSITE_MODEL_CALLS_PER_MINUTE = float(os.environ.get("AGENTSITE_MODEL_CALLS_PER_MINUTE", "120"))
+AGENTSITE_MODEL_CALLS_BURST = int(os.environ.get("AGENTSITE_MODEL_CALLS_BURST", "20"))
+AGENTSITE_RATE_LIMIT_PATIENCE_S = float(os.environ.get("AGENTSITE_RATE_LIMIT_PATIENCE_S", "30"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
 # Retries of errors a tool declares retryable: exponential backoff with full jitter.

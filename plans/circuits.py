@@ -64,9 +64,9 @@ def circuit_record(tool: str, *, failed: bool, error: str = "") -> None:
     )
     threshold = settings.AGENTSITE_BREAKER_FAILURES
     # A failed probe reopens at once; otherwise open when the streak reaches the threshold.
-    CircuitBreaker.objects.filter(pk=breaker.pk).filter(
-        state=State.HALF_OPEN
-    ).update(state=State.OPEN, opened_at=timezone.now())
+    CircuitBreaker.objects.filter(pk=breaker.pk).filter(state=State.HALF_OPEN).update(
+        state=State.OPEN, opened_at=timezone.now()
+    )
     CircuitBreaker.objects.filter(
         pk=breaker.pk, state=State.CLOSED, consecutive_failures__gte=threshold
     ).update(state=State.OPEN, opened_at=timezone.now())

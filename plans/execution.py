@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from plans.budgets import author_daily_problem, rate_limit_wait
 from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
@@ -275,18 +276,26 @@ class RunAdvancer:
         """One model call, checked against the budget first and recorded with its cost."""
         run = self.run
         prices = prices_for(request.model)
+        estimate = estimate_cost_usd(request, prices)
         problem = budget_problem(
             budget=Budget(usd=run.budget_usd, tokens=run.budget_tokens),
             spent_usd=run.cost_usd,
             spent_tokens=run.total_tokens,
-            next_call_usd=estimate_cost_usd(request, prices),
+            next_call_usd=estimate,
             next_call_tokens=request.estimated_input_tokens() + request.max_tokens,
-        )
+        ) or author_daily_problem(run, next_call_usd=estimate)
         if problem:
             self.run.error = problem
             self.recorder.run_changed(error=problem)
             self.recorder.event("budget_exhausted", purpose=request.purpose, message=problem)
             self._finish(Run.Status.BUDGET_EXHAUSTED)
+            return None
+        limited = rate_limit_wait()
+        if limited:
+            self.run.error = f"model call for {request.purpose} not made: {limited}"
+            self.recorder.run_changed(error=self.run.error)
+            self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
+            self._finish(Run.Status.FAILED)
             return None
         started = time.perf_counter()
         try:

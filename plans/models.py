@@ -359,6 +359,17 @@ class CircuitBreaker(models.Model):
         return f"{self.tool}: {self.state}"
 
 
+class RateBucket(models.Model):
+    """A token bucket shared by every process (the global model-call rate limit)."""
+
+    name = models.CharField(max_length=50, unique=True)
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.tokens:.2f}"
+
+
 class LedgerEntry(models.Model):
     """The demo tools' side effects (refunds, bookings, emails), once per idempotency key."""
 

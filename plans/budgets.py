@@ -1,0 +1,78 @@
+"""Spend limits checked before every model call: the run's budget, the author's daily cap,
+and the global model-call rate limit (a token bucket shared through the database)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from plans.models import ModelCall, RateBucket, Run
+
+MODEL_CALLS_BUCKET = "model-calls"
+
+
+def author_daily_problem(run: Run, *, next_call_usd: Decimal) -> str | None:
+    """None if the author's spend today plus this call stays within the daily cap."""
+    cap = Decimal(str(settings.AGENTSITE_AUTHOR_DAILY_USD))
+    if cap <= 0:
+        return None
+    start_of_day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    spent = ModelCall.objects.filter(
+        run__goal__author_id=run.goal.author_id, created_at__gte=start_of_day
+    ).aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
+    if spent + next_call_usd <= cap:
+        return None
+    return (
+        f"{run.goal.author.get_username()} has spent ${spent:.4f} today; this call (about "
+        f"${next_call_usd:.4f}) would pass the daily cap of ${cap:.2f}"
+    )
+
+
+def rate_limit_wait(*, sleep: Callable[[float], None] = time.sleep) -> str | None:
+    """Take one model call from the shared bucket, waiting for it if needed.
+
+    Returns None once a call may be made, or a message when none came within the patience.
+    """
+    per_minute = settings.AGENTSITE_MODEL_CALLS_PER_MINUTE
+    if per_minute <= 0:
+        return None
+    patience = settings.AGENTSITE_RATE_LIMIT_PATIENCE_S
+    deadline = time.monotonic() + patience
+    while True:
+        wait_s = _take_token(per_minute)
+        if wait_s == 0:
+            return None
+        if time.monotonic() + wait_s > deadline:
+            return (
+                f"the model-call rate limit ({per_minute:g} per minute, shared by all runs) "
+                f"left no call within {patience:g} s"
+            )
+        sleep(wait_s)
+
+
+def _take_token(per_minute: float) -> float:
+    """0 if a token was taken, else the seconds until one is due."""
+    rate = per_minute / 60
+    capacity = max(1.0, float(settings.AGENTSITE_MODEL_CALLS_BURST))
+    now = timezone.now()
+    with transaction.atomic():
+        bucket, _ = RateBucket.objects.select_for_update().get_or_create(
+            name=MODEL_CALLS_BUCKET, defaults={"tokens": capacity, "refilled_at": now}
+        )
+        tokens = min(capacity, bucket.tokens + _seconds(now, bucket.refilled_at) * rate)
+        if tokens >= 1:
+            RateBucket.objects.filter(pk=bucket.pk).update(tokens=tokens - 1, refilled_at=now)
+            return 0.0
+        RateBucket.objects.filter(pk=bucket.pk).update(tokens=tokens, refilled_at=now)
+        return (1 - tokens) / rate
+
+
+def _seconds(now: datetime, then: datetime) -> float:
+    return max(0.0, (now - then) / timedelta(seconds=1))

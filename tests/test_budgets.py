@@ -1,0 +1,89 @@
+"""Spend limits before every model call: the author's daily cap and the shared rate limit."""
+
+import contextlib
+import json
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from plans.budgets import rate_limit_wait
+from plans.models import ModelCall, RateBucket, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PRICE_GOAL = "Total price of an iPhone 16 and AirPods 4 in INR"
+
+
+@pytest.fixture
+def priced_offline_model(settings):
+    """The offline model, charged like a real one so spend adds up."""
+    prices = dict(settings.AGENTSITE_MODEL_PRICES)
+    prices["offline"] = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
+    settings.AGENTSITE_MODEL_PRICES = prices
+    settings.AGENTSITE_AUTHOR_DAILY_USD = 1.00
+
+
+def run_goal(author="alice"):
+    out = StringIO()
+    with contextlib.suppress(SystemExit):
+        call_command("run_goal", PRICE_GOAL, "--json", "--author", author, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def spent_earlier_today(username, usd):
+    """An earlier run of this author that cost usd today."""
+    run_goal(username)
+    call = ModelCall.objects.filter(run__goal__author__username=username).latest("pk")
+    ModelCall.objects.filter(pk=call.pk).update(cost_usd=Decimal(usd))
+
+
+def test_an_author_over_the_daily_cap_is_stopped_before_the_next_model_call(
+    priced_offline_model,
+):
+    spent_earlier_today("alice", "1.50")
+
+    out = run_goal("alice")
+
+    assert out["status"] == "budget_exhausted"
+    assert "daily cap of $1.00" in out["error"] and "alice" in out["error"]
+    assert out["model_calls"] == 0
+
+
+def test_the_daily_cap_is_per_author(priced_offline_model):
+    spent_earlier_today("alice", "1.50")
+
+    out = run_goal("carol")
+
+    assert out["status"] == "completed"
+    assert out["cost_usd"] > 0
+
+
+def test_the_rate_limit_waits_for_a_token_then_lets_the_call_through(settings):
+    settings.AGENTSITE_MODEL_CALLS_PER_MINUTE = 60  # one a second
+    settings.AGENTSITE_MODEL_CALLS_BURST = 1
+    sleeps = []
+
+    assert rate_limit_wait(sleep=sleeps.append) is None  # the burst token
+    RateBucket.objects.update(tokens=0.5)
+    assert (
+        rate_limit_wait(sleep=lambda s: (sleeps.append(s), RateBucket.objects.update(tokens=1)))
+        is None
+    )
+
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1.0
+
+
+def test_a_run_that_gets_no_call_within_its_patience_fails_with_a_clear_message(settings):
+    settings.AGENTSITE_MODEL_CALLS_PER_MINUTE = 0.001
+    settings.AGENTSITE_MODEL_CALLS_BURST = 1
+    settings.AGENTSITE_RATE_LIMIT_PATIENCE_S = 1
+    RateBucket.objects.create(name="model-calls", tokens=0, refilled_at=timezone.now())
+
+    out = run_goal()
+
+    assert out["status"] == "failed"
+    assert "rate limit" in out["error"]
+    assert Run.objects.get(pk=out["run_id"]).model_call_count == 0
