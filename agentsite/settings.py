@@ -218,6 +218,10 @@ AGENTSITE_TOOL_RETRY_CAP_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_CAP_S", 
 # A tool's circuit opens after this many consecutive failures, for this long.
 AGENTSITE_BREAKER_FAILURES = int(os.environ.get("AGENTSITE_BREAKER_FAILURES", "5"))
 AGENTSITE_BREAKER_COOLDOWN_S = float(os.environ.get("AGENTSITE_BREAKER_COOLDOWN_S", "30"))
+# Redacted before text is stored in events and audit records: card numbers (Luhn-checked)
+# and any extra regular expressions listed here.
+AGENTSITE_REDACT_CARD_NUMBERS = env_bool("AGENTSITE_REDACT_CARD_NUMBERS", True)
+AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))

@@ -16,6 +16,7 @@ from django.utils import timezone
 from plans.audit import GENESIS, event_hash
 from plans.bulk import insert_rows
 from plans.models import Run, RunEvent
+from plans.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def append_events(
     prev_hash = prev_hash or GENESIS
     rows = []
     for i, (kind, payload) in enumerate(entries):
-        row = {"run_id": run_id, "seq": first + i, "kind": kind, "payload": dict(payload)}
+        row = {"run_id": run_id, "seq": first + i, "kind": kind, "payload": redact(dict(payload))}
         row.update(at=now, prev_hash=prev_hash)
         row["hash"] = prev_hash = event_hash(
             run_id=run_id,

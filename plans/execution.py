@@ -46,6 +46,7 @@ from plans.llm.prompts import answer_request
 from plans.models import Approval, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.recorder import RunRecorder
+from plans.redaction import redact
 from plans.services.approvals import (
     Verdict,
     approval_gate,
@@ -244,9 +245,9 @@ class RunAdvancer:
         )
         if completion is None:
             return False
-        self.run.answer = completion.text
-        self.recorder.run_changed(answer=completion.text)
-        self.recorder.event("answer_finished", text=completion.text)
+        self.run.answer = redact(completion.text)
+        self.recorder.run_changed(answer=self.run.answer)
+        self.recorder.event("answer_finished", text=self.run.answer)
         return True
 
     def _finish(self, status: str) -> str:

@@ -23,6 +23,7 @@ from plans.bulk import insert_rows, update_rows
 from plans.events import append_events
 from plans.leases import Lease
 from plans.models import Approval, ModelCall, Step, ToolCall
+from plans.redaction import redact
 
 STEP_FIELDS = (
     "status",
@@ -77,8 +78,10 @@ class RunRecorder:
         self._steps[step.pk] = step
 
     def tool_call(self, **row: Any) -> None:
-        """A ToolCall row, given as column attributes (run_id, step_id, ...)."""
+        """A ToolCall row, given as column attributes (run_id, step_id, ...); text is redacted."""
         self._touch()
+        for name in ("args", "result", "error"):
+            row[name] = redact(row[name])
         self._batch.tool_calls.append(row)
 
     def model_call(self, call: ModelCall) -> None:

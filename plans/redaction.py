@@ -1,0 +1,60 @@
+"""Redaction of sensitive text (payment card numbers by default) before it is stored."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from django.conf import settings
+
+# 13-19 digits, optionally grouped by spaces or dashes; confirmed with the Luhn checksum.
+CARD_NUMBER = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+
+
+def redact(value: Any) -> Any:
+    """The value with every sensitive match replaced, recursively through lists and dicts."""
+    if isinstance(value, str):
+        return _redact_text(value) if _might_contain_secrets(value) else value
+    if isinstance(value, dict):
+        return {key: redact(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    return value
+
+
+def _might_contain_secrets(text: str) -> bool:
+    # Cheap pre-check for the common case: no long digit runs and no configured patterns.
+    return bool(_patterns()) or sum(ch.isdigit() for ch in text) >= 13
+
+
+def _redact_text(text: str) -> str:
+    if settings.AGENTSITE_REDACT_CARD_NUMBERS:
+        text = CARD_NUMBER.sub(_card_replacement, text)
+    for pattern in _patterns():
+        text = pattern.sub("[redacted]", text)
+    return text
+
+
+def _card_replacement(match: re.Match[str]) -> str:
+    digits = re.sub(r"\D", "", match.group())
+    return f"[redacted card ending {digits[-4:]}]" if _luhn_valid(digits) else match.group()
+
+
+def _luhn_valid(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        digit = int(char)
+        if index % 2:
+            digit = digit * 2 - 9 if digit > 4 else digit * 2
+        total += digit
+    return total % 10 == 0
+
+
+@functools.cache
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(pattern) for pattern in patterns)
+
+
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    return _compiled(tuple(settings.AGENTSITE_REDACTION_PATTERNS))

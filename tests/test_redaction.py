@@ -1,0 +1,39 @@
+"""Card numbers (and configured patterns) never reach stored events or audit records."""
+
+import pytest
+
+from plans.execution import advance_run
+from plans.models import Run, RunEvent, ToolCall
+from plans.redaction import redact
+from plans.services.runs import run_create
+
+CARD = "4111 1111 1111 1111"
+
+
+def test_a_card_number_is_replaced_by_its_last_four_digits():
+    assert redact(f"pay with {CARD} now") == "pay with [redacted card ending 1111] now"
+    assert redact({"a": ["x 4111-1111-1111-1111"]}) == {"a": ["x [redacted card ending 1111]"]}
+
+
+def test_a_long_number_that_fails_the_luhn_check_is_left_alone():
+    assert redact("order 1234567890123") == "order 1234567890123"
+
+
+def test_configured_patterns_are_redacted_too(settings):
+    settings.AGENTSITE_REDACTION_PATTERNS = [r"sk-[A-Za-z0-9]{8,}"]
+
+    assert redact("key sk-abcdef123456") == "key [redacted]"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_card_number_in_a_tool_result_is_not_stored_in_events_or_tool_calls(author, settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": f"card {CARD}"}}]}
+    run = run_create(author=author, goal_text="echo a card", plan_data=plan)
+    advance_run(run.pk)
+
+    stored = [str(e.payload) for e in RunEvent.objects.filter(run=run)]
+    stored += [str(c.args) + str(c.result) for c in ToolCall.objects.filter(run=run)]
+    stored.append(Run.objects.get(pk=run.pk).answer)
+    assert not any("4111 1111 1111 1111" in text for text in stored)
+    assert any("[redacted card ending 1111]" in text for text in stored)
