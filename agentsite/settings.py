@@ -199,6 +199,8 @@ AGENTSITE_MODEL_PRICES = {
 
 AGENTSITE_MAX_PLAN_STEPS = int(os.environ.get("AGENTSITE_MAX_PLAN_STEPS", "5"))
 AGENTSITE_MAX_REPLANS = int(os.environ.get("AGENTSITE_MAX_REPLANS", "1"))
+# A reviewer approves each whole plan before any step runs (also per goal).
+AGENTSITE_REQUIRE_PLAN_APPROVAL = env_bool("AGENTSITE_REQUIRE_PLAN_APPROVAL", False)
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
 # Threads for tool calls in each process, shared by the runs it advances.
 AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))

@@ -176,6 +176,17 @@ class RunAdvancer:
         if run.status != Run.Status.RUNNING:
             self._set_status(Run.Status.RUNNING)
         while True:
+            if self._needs_plan_approval(plan_row):
+                if plan_row.decision == "rejected":
+                    self.run.error = f"a reviewer rejected plan v{plan_row.version}: " + (
+                        plan_row.decision_reason
+                    )
+                    self.recorder.run_changed(error=self.run.error)
+                    return self._finish(Run.Status.BLOCKED)
+                if self._park_for_plan_approval(plan_row):
+                    return Run.Status.AWAITING_PLAN_APPROVAL
+                plan_row.refresh_from_db()
+                continue
             steps = {s.step_id: s for s in plan_row.steps.all()}
             parked = StepsExecution(self, plan_row, steps).execute()
             if parked:
@@ -193,6 +204,35 @@ class RunAdvancer:
         if not self._answer(plan_row, steps):
             return run.status
         return self._finish(_final_status(steps.values()))
+
+    def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
+        required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval
+        return required and plan_row.decision != "approved"
+
+    def _park_for_plan_approval(self, plan_row: PlanRow) -> bool:
+        """Wait, holding nothing, for a reviewer's decision on the plan; False if it came."""
+        if self.run.status != Run.Status.AWAITING_PLAN_APPROVAL:
+            self.recorder.event("plan_approval_requested", version=plan_row.version)
+        self.recorder.flush(wait=True)
+        try:
+            with transaction.atomic():
+                append_events(
+                    self.run.pk,
+                    [("run_parked", {"awaiting": f"plan v{plan_row.version}"})],
+                    lease_token=self.lease.token,
+                    run_fields={
+                        "status": Run.Status.AWAITING_PLAN_APPROVAL,
+                        "lease_token": None,
+                        "lease_expires_at": None,
+                    },
+                )
+                if PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists():
+                    raise _DecisionRaced
+        except _DecisionRaced:
+            return False
+        self.run.status = Run.Status.AWAITING_PLAN_APPROVAL
+        self.lease.released = True
+        return True
 
     def _may_replan(self, steps: dict[int, Step]) -> bool:
         """Replan a planner's plan after a failure, at most AGENTSITE_MAX_REPLANS times per run."""

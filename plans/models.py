@@ -40,6 +40,9 @@ class Goal(models.Model):
     run_dependants_of_failures = models.BooleanField(
         default=False, help_text="Let dependants of a failed step run with the error text."
     )
+    require_plan_approval = models.BooleanField(
+        default=False, help_text="A reviewer approves the whole plan before any step runs."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -54,6 +57,7 @@ class Run(models.Model):
 
     class Status(models.TextChoices):
         PLANNING = "planning"
+        AWAITING_PLAN_APPROVAL = "awaiting_plan_approval"
         RUNNING = "running"
         AWAITING_APPROVAL = "awaiting_approval"
         COMPLETED = "completed"
@@ -75,7 +79,7 @@ class Run(models.Model):
     )
 
     goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="runs")
-    status = models.CharField(max_length=20, choices=Status, default=Status.PLANNING)
+    status = models.CharField(max_length=24, choices=Status, default=Status.PLANNING)
     answer = models.TextField(blank=True)
     error = models.TextField(blank=True)
 
@@ -158,6 +162,17 @@ class Plan(models.Model):
     is_valid = models.BooleanField(default=False)
     problems = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the plan-approval policy applies: a reviewer's decision on the whole plan.
+    decision = models.CharField(max_length=10, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="plan_decisions",
+    )
+    decision_reason = models.TextField(blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from plans.engine import args_sha256, check_args
 from plans.events import INBOX_GROUP, append_events, group_send
-from plans.models import Approval, Run, Step
+from plans.models import Approval, Plan, Run, Step
 from plans.tools import get_registry
 
 
@@ -170,6 +170,67 @@ def approvals_decide(
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
+
+
+def plan_decide(
+    *,
+    plan: Plan,
+    reviewer: AbstractBaseUser | None,
+    approve: bool,
+    reason: str = "",
+    via: str = "web",
+    resume: bool = True,
+) -> Plan:
+    """A reviewer's decision on a whole plan, under the plan-approval policy."""
+    reason = reason.strip()
+    if not approve and not reason:
+        raise ApprovalRefused("A reason is required to reject a plan.")
+    if via == "web":
+        _check_reviewer_may_decide(reviewer)
+    with transaction.atomic():
+        locked = Plan.objects.select_for_update().select_related("run__goal").get(pk=plan.pk)
+        run = locked.run
+        if locked.decision:
+            raise ApprovalRefused(f"Plan v{locked.version} was already {locked.decision}.")
+        if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
+            raise ApprovalRefused("This plan is not waiting for a decision.")
+        if (
+            via == "web"
+            and settings.AGENTSITE_FOUR_EYES
+            and reviewer is not None
+            and run.goal.author_id == reviewer.pk
+        ):
+            raise ApprovalRefused(
+                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
+            )
+        locked.decision = "approved" if approve else "rejected"
+        locked.decided_by = reviewer
+        locked.decision_reason = reason
+        locked.decided_at = timezone.now()
+        locked.save(update_fields=["decision", "decided_by", "decision_reason", "decided_at"])
+        append_events(
+            run.pk,
+            [
+                (
+                    "plan_decided",
+                    {
+                        "version": locked.version,
+                        "decision": locked.decision,
+                        "reviewer": reviewer.get_username() if reviewer else via,
+                        "reason": reason,
+                    },
+                )
+            ],
+        )
+        if resume:
+            from plans.tasks import run_enqueue
+
+            run_enqueue(run.pk)
+    return locked
+
+
+def plan_is_outdated(plan: Plan) -> bool:
+    return plan.run.plans.filter(version__gt=plan.version, is_valid=True).exists()
 
 
 def approvals_expire() -> list[int]:

@@ -38,6 +38,7 @@ def run_create(
     goal_text: str,
     plan_data: Any = None,
     run_dependants_of_failures: bool = False,
+    require_plan_approval: bool = False,
     budget_usd: Decimal | None = None,
     budget_tokens: int | None = None,
     max_parallel_steps: int | None = None,
@@ -47,7 +48,10 @@ def run_create(
     text = goal_clean(goal_text)
     with transaction.atomic():
         goal = Goal.objects.create(
-            author=author, text=text, run_dependants_of_failures=run_dependants_of_failures
+            author=author,
+            text=text,
+            run_dependants_of_failures=run_dependants_of_failures,
+            require_plan_approval=require_plan_approval,
         )
         run = Run.objects.create(
             goal=goal,

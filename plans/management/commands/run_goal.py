@@ -13,7 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.execution import advance_run
 from plans.models import Approval, Run
-from plans.services.approvals import approvals_decide
+from plans.services.approvals import approvals_decide, plan_decide
+from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_create, run_summary
 
 EXIT_INVALID_PLAN = 2
@@ -38,12 +39,22 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument("--author", default=CLI_USERNAME, help="username to submit as")
+        parser.add_argument(
+            "--require-plan-approval",
+            action="store_true",
+            help="hold the plan for a reviewer's decision before any step runs",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         plan_data = _read_plan_file(options["plan_file"]) if options["plan_file"] else None
         author, _ = get_user_model().objects.get_or_create(username=options["author"])
         try:
-            run = run_create(author=author, goal_text=options["goal"], plan_data=plan_data)
+            run = run_create(
+                author=author,
+                goal_text=options["goal"],
+                plan_data=plan_data,
+                require_plan_approval=options["require_plan_approval"],
+            )
         except GoalRejected as error:
             raise CommandError(str(error)) from error
 
@@ -51,7 +62,14 @@ class Command(BaseCommand):
             if advance_run(run.pk) == "busy":
                 time.sleep(0.5)  # another worker holds the run; its lease will run out
             run.refresh_from_db()
+            if run.status == Run.Status.AWAITING_PLAN_APPROVAL and options["approve_all"]:
+                plan_decide(
+                    plan=plan_current(run), reviewer=None, approve=True, via="cli", resume=False
+                )
+                continue
             if run.status != Run.Status.AWAITING_APPROVAL:
+                if run.status == Run.Status.AWAITING_PLAN_APPROVAL:
+                    break
                 continue
             pending = list(run.approvals.filter(decision=Approval.Decision.PENDING))
             if not pending or not (options["approve_all"] or options["reject_destructive"]):
