@@ -43,7 +43,7 @@ from plans.leases import Heartbeat, Lease, lease_acquire
 from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
-from plans.models import Approval, ModelCall, Run, Step
+from plans.models import Approval, ModelCall, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
 from plans.recorder import RunRecorder
 from plans.redaction import redact
@@ -428,6 +428,13 @@ class StepsExecution:
         self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
         self.reusable = _results_of_earlier_versions(plan_row)
+        # Keys of destructive calls this run made: key -> the step that first used it.
+        self.destructive_keys = dict(
+            ToolCall.objects.filter(run_id=self.run.pk, step__destructive=True)
+            .order_by("pk")
+            .values_list("idempotency_key", "step_id")
+            .distinct()
+        )
         self.declined = declined_calls(self.run)
         self.pool = tool_pool()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
@@ -575,12 +582,26 @@ class StepsExecution:
             self.recorder.flush(wait=True)
         timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
         future = pool.submit(
-            invoke_tool, spec, args, key=idempotency_key(spec.name, args), approval=approval
+            invoke_tool, spec, args, key=self._call_key(step, spec, args), approval=approval
         )
         self.inflight[future] = step.step_id
         self.calls[step.step_id] = (spec, args, approval)
         heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, future))
         future.add_done_callback(self.completed.put)
+
+    def _call_key(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> str:
+        """The idempotency key: one per call, and a fresh one for an approved deliberate repeat.
+
+        A destructive call identical to one another step of this run already made was approved
+        again for this step, so it gets a key of its own (stable across crashes: the step's).
+        """
+        key = idempotency_key(spec.name, args)
+        if not spec.destructive:
+            return key
+        first = self.destructive_keys.setdefault(key, step.pk)
+        if first == step.pk:
+            return key
+        return idempotency_key(spec.name, {"args": args, "repeat_for_step": step.pk})
 
     def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
         self.awaiting[step.step_id] = args
@@ -726,7 +747,7 @@ class StepsExecution:
         seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
         error = f"timed out after {seconds:g}s"
         circuit_record(step.tool, failed=True, error=error)
-        key = idempotency_key(spec.name, args)
+        key = self._call_key(step, spec, args)
         self._record_attempt(
             step, ToolOutcome(None, error, key, step.started_at or timezone.now(), seconds * 1000)
         )
@@ -789,6 +810,11 @@ class StepsExecution:
             payload["reused_from"] = reused_from
         if outcome is Outcome.SUCCEEDED:
             payload["result"] = result
+            if not step.destructive and not reused_from and step.resolved_args is not None:
+                # A later identical call in this run reuses this result instead of calling again.
+                self.reusable.setdefault(
+                    args_sha256(step.tool, step.resolved_args), (result, f"step {step.step_id}")
+                )
         else:
             payload["error"] = error
             if result is not None:

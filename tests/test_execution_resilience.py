@@ -166,3 +166,69 @@ def test_a_tool_refusing_its_input_does_not_count_against_its_circuit(author, se
         run_steps(author, [{"id": 1, "tool": "bad_input", "args": {"text": "x"}}])
 
     assert not CircuitBreaker.objects.filter(tool="bad_input", state="open").exists()
+
+
+def test_an_identical_call_later_in_the_run_reuses_the_first_result(author):
+    run, steps = run_steps(
+        author,
+        [
+            {"id": 1, "tool": "echo", "args": {"text": "same"}},
+            {"id": 2, "tool": "echo", "args": {"text": "same"}, "depends_on": [1]},
+        ],
+    )
+
+    assert steps[2].status == "succeeded" and steps[2].result == "same"
+    assert ToolCall.objects.filter(run=run, tool="echo").count() == 1
+    reused = RunEvent.objects.get(run=run, kind="step_finished", payload__step=2)
+    assert reused.payload["reused_from"] == "step 1"
+
+
+EMAIL = {"to": "ops@example.com", "subject": "Stock alert", "body": "Reorder AirPods 4"}
+
+
+def test_an_identical_destructive_call_needs_its_own_approval_and_then_happens_again(
+    author, reviewer
+):
+    from django.core import mail
+
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "send_email", "args": EMAIL},
+            {"id": 2, "tool": "send_email", "args": EMAIL, "depends_on": [1]},
+        ]
+    }
+    run = run_create(author=author, goal_text="email twice", plan_data=plan)
+    advance_run(run.pk)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+    second = Approval.objects.get(run=run, decision="pending")
+    assert second.step.step_id == 2  # asked again, not waved through
+
+    approval_decide(approval=second, reviewer=reviewer, approve=True)
+
+    keys = set(ToolCall.objects.filter(run=run).values_list("idempotency_key", flat=True))
+    assert len(mail.outbox) == 2
+    assert LedgerEntry.objects.filter(kind="email").count() == 2
+    assert len(keys) == 2
+
+
+def test_a_repeated_destructive_call_that_is_declined_does_not_happen_again(author, reviewer):
+    from django.core import mail
+
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "send_email", "args": EMAIL},
+            {"id": 2, "tool": "send_email", "args": EMAIL, "depends_on": [1]},
+        ]
+    }
+    run = run_create(author=author, goal_text="email twice", plan_data=plan)
+    advance_run(run.pk)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+    approval_decide(
+        approval=Approval.objects.get(run=run, decision="pending"),
+        reviewer=reviewer,
+        approve=False,
+        reason="already sent",
+    )
+
+    assert len(mail.outbox) == 1
+    assert Step.objects.get(plan__run=run, step_id=2).status == "blocked"
