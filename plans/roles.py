@@ -21,3 +21,17 @@ def roles_ensure() -> dict[str, Group]:
             )
         groups[name] = group
     return groups
+
+
+def may_submit_goals(user) -> bool:
+    """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals."""
+    return user.is_authenticated and (
+        user.has_perm("plans.add_goal") or user.groups.filter(name="authors").exists()
+    )
+
+
+def may_see_run(user, run) -> bool:
+    """A run is visible to its goal's author and to anyone with plans.view_all_runs."""
+    return user.is_authenticated and (
+        run.goal.author_id == user.pk or user.has_perm("plans.view_all_runs")
+    )

@@ -27,6 +27,18 @@ def outsider(django_user_model):
     return django_user_model.objects.create_user("mallory", password="mallory-pass-123")
 
 
+@pytest.fixture
+def operator(django_user_model):
+    """Sees every run and the costs page (the operators role's permissions)."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("olivia", password="olivia-pass-123")
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_all_runs", "view_costs"])
+    )
+    return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
+
+
 @pytest.fixture(autouse=True)
 def tasks_run_inline(settings):
     """Tasks run in the enqueuing thread unless a test starts real workers."""

@@ -126,7 +126,8 @@ def approvals_decide(
     with transaction.atomic():
         for approval in approvals:
             locked = (
-                Approval.objects.select_for_update()
+                # OF: PostgreSQL cannot lock the nullable side of the reviewer's outer join.
+                Approval.objects.select_for_update(of=("self", "run"))
                 .select_related("run__goal__author", "reviewer")
                 .get(pk=approval.pk)
             )
@@ -188,7 +189,9 @@ def plan_decide(
     if via == "web":
         _check_reviewer_may_decide(reviewer)
     with transaction.atomic():
-        locked = Plan.objects.select_for_update().select_related("run__goal").get(pk=plan.pk)
+        locked = (
+            Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
+        )
         run = locked.run
         if locked.decision:
             raise ApprovalRefused(f"Plan v{locked.version} was already {locked.decision}.")
@@ -249,7 +252,7 @@ def approvals_expire() -> list[int]:
     for approval_id in stale:
         with transaction.atomic():
             approval = (
-                Approval.objects.select_for_update()
+                Approval.objects.select_for_update(of=("self",))
                 .select_related("step", "run")
                 .get(pk=approval_id)
             )

@@ -1,0 +1,148 @@
+"""Websockets: a run page's live updates, and the reviewers' pending-approvals badge.
+
+Both push HTML fragments with out-of-band swaps, rendered on the server from the same
+template partials as the pages (the htmx ws extension swaps them in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from plans.events import INBOX_GROUP, bind_server_loop, event_message, run_group
+from plans.models import Run, RunEvent
+from plans.roles import may_see_run
+from plans.views.approvals import pending_approvals_count
+from plans.views.goals import answer_delta_fragment, live_fragment
+
+# Close codes the htmx ws extension does not retry (it reconnects only on 1006/1011-1013).
+NOT_SIGNED_IN = 4401
+FORBIDDEN = 4403
+
+
+class RunConsumer(AsyncWebsocketConsumer):
+    """Sends a run page every event after the seq it names, then follows the run's group.
+
+    Exactly once, in order: the group is joined before the log is read, and live events at or
+    below the last seq sent are dropped; a live event beyond the next seq is a gap, filled from
+    the log. The client sends {"resume_after": N} when it sees a gap of its own, and now and then
+    anyway: pushes are best-effort, and a lost last batch has nothing after it to reveal the gap.
+    """
+
+    run_id: int
+    last_sent = 0
+    group = ""
+
+    async def connect(self) -> None:
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        user = self.scope.get("user")
+        # Accept, then close with a code: a refused handshake would make the client retry.
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=NOT_SIGNED_IN)
+            return
+        if not await database_sync_to_async(_may_see_run)(user, self.run_id):
+            await self.close(code=FORBIDDEN)
+            return
+        bind_server_loop(asyncio.get_running_loop())
+        self.group = run_group(self.run_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.replay(after=_after_from(self.scope))
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self.group:
+            return
+        try:
+            message = json.loads(text_data or "")
+        except ValueError:
+            return
+        if isinstance(message, dict) and isinstance(message.get("resume_after"), int):
+            await self.replay(after=max(0, message["resume_after"]))
+
+    async def run_events(self, message: dict[str, Any]) -> None:
+        """type "run.events": a committed batch, in seq order."""
+        events = [event for event in message["events"] if event["seq"] > self.last_sent]
+        if not events:
+            return
+        if events[0]["seq"] > self.last_sent + 1:
+            # Something committed before this batch has not reached us (yet): read the log.
+            await self.replay(after=self.last_sent)
+            return
+        await self._send_events(events)
+
+    async def run_transient(self, message: dict[str, Any]) -> None:
+        """type "run.transient": answer tokens as they stream (the stored answer follows)."""
+        if message.get("kind") == "answer_delta":
+            await self.send(text_data=answer_delta_fragment(message["payload"].get("text", "")))
+
+    async def replay(self, *, after: int) -> None:
+        events = await database_sync_to_async(_events_after)(self.run_id, after)
+        if events:
+            await self._send_events(events)
+        else:
+            self.last_sent = max(self.last_sent, after)
+
+    async def _send_events(self, events: list[dict[str, Any]]) -> None:
+        html = await database_sync_to_async(live_fragment)(self.run_id, events)
+        self.last_sent = max(self.last_sent, events[-1]["seq"])
+        await self.send(text_data=html)
+
+
+class PendingApprovalsConsumer(AsyncWebsocketConsumer):
+    """Keeps a reviewer's nav badge current: a new count whenever the inbox changes."""
+
+    joined = False
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=NOT_SIGNED_IN)
+            return
+        if not await database_sync_to_async(user.has_perm)("plans.decide_approval"):
+            await self.close(code=FORBIDDEN)
+            return
+        bind_server_loop(asyncio.get_running_loop())
+        await self.channel_layer.group_add(INBOX_GROUP, self.channel_name)
+        self.joined = True
+        await self.inbox_changed({})  # anything decided while the socket was away
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined:
+            await self.channel_layer.group_discard(INBOX_GROUP, self.channel_name)
+
+    async def inbox_changed(self, message: dict[str, Any]) -> None:
+        """type "inbox.changed": an approval was requested or decided somewhere."""
+        count = await database_sync_to_async(pending_approvals_count)(self.scope["user"])
+        await self.send(
+            text_data=render_to_string(
+                "base.html#pending_badge", {"pending_approvals": count, "oob": True}
+            )
+        )
+
+
+def _may_see_run(user: Any, run_id: int) -> bool:
+    run = Run.objects.select_related("goal").filter(pk=run_id).first()
+    return run is not None and may_see_run(user, run)
+
+
+def _events_after(run_id: int, after: int) -> list[dict[str, Any]]:
+    return [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
+
+
+def _after_from(scope: dict[str, Any]) -> int:
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    try:
+        return max(0, int(query.get("after", ["0"])[0]))
+    except ValueError:
+        return 0

@@ -1,0 +1,16 @@
+"""What every page's navigation needs."""
+
+from django.http import HttpRequest
+
+from plans.views.approvals import pending_approvals_count
+
+
+def pending_approvals(request: HttpRequest) -> dict[str, object]:
+    """The approvals badge: how many destructive steps wait for a reviewer (reviewers only)."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {
+        "pending_approvals": pending_approvals_count(user),
+        "is_reviewer": user.has_perm("plans.decide_approval"),
+    }

@@ -1,0 +1,234 @@
+"""The approvals inbox: destructive steps waiting for a reviewer, decided in place."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
+from django.views.decorators.http import require_GET, require_POST
+
+from plans.models import Approval, Run, Step
+from plans.roles import may_see_run
+from plans.services.approvals import ApprovalRefused, approvals_decide
+
+
+@dataclass
+class ApprovalCard:
+    approval: Approval
+    args_text: str  # what the edit box holds: the arguments as JSON, or the reviewer's draft
+    inputs: list[Step]  # the steps whose results fed the arguments
+
+
+@dataclass
+class DecisionGroup:
+    """The destructive steps of one run's round: decided together with one form."""
+
+    run: Run
+    round: int
+    cards: list[ApprovalCard] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.run.pk}-{self.round}"
+
+    @property
+    def pending(self) -> list[ApprovalCard]:
+        return [c for c in self.cards if c.approval.decision == Approval.Decision.PENDING]
+
+
+def approvals_waiting(user) -> QuerySet[Approval]:
+    """Undecided approvals of live runs the user may see, newest first."""
+    waiting = (
+        Approval.objects.filter(decision=Approval.Decision.PENDING)
+        .exclude(run__status__in=Run.TERMINAL)
+        .select_related("run__goal__author", "step", "reviewer")
+        .order_by("-requested_at", "-pk")
+    )
+    if user.has_perm("plans.decide_approval") or user.has_perm("plans.view_all_runs"):
+        return waiting
+    return waiting.filter(run__goal__author=user)
+
+
+def pending_approvals_count(user) -> int:
+    """What the nav badge shows: approvals a reviewer could act on (0 for everyone else)."""
+    if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
+        return 0
+    return approvals_waiting(user).count()
+
+
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    """Every destructive step waiting for a decision, grouped by run and round."""
+    groups = decision_groups(list(approvals_waiting(request.user)))
+    context = {
+        "groups": groups,
+        "may_decide": request.user.has_perm("plans.decide_approval"),
+        "four_eyes": settings.AGENTSITE_FOUR_EYES,
+    }
+    template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
+    return render(request, template, context)
+
+
+@require_POST
+def decide(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the ticked steps of one run's round together, all or nothing."""
+    verdict = request.POST.get("decision")
+    run_id, _, round_no = request.POST.get("group", "").partition("-")
+    if verdict not in ("approve", "reject") or not (run_id.isdigit() and round_no.isdigit()):
+        return HttpResponse("expected a group (run-round) and a decision", status=400)
+    approve = verdict == "approve"
+    reason = request.POST.get("reason", "")
+    ids = [int(value) for value in request.POST.getlist("approval") if value.isdigit()]
+    chosen = list(
+        Approval.objects.filter(pk__in=ids, run_id=run_id, step__round=round_no).select_related(
+            "run__goal__author", "step"
+        )
+    )
+    drafts = {a.pk: request.POST[f"args-{a.pk}"] for a in chosen if f"args-{a.pk}" in request.POST}
+
+    error, status = "", 200
+    edited: dict[int, dict[str, Any]] = {}
+    if not chosen:
+        error, status = "Tick at least one step to decide.", 422
+    elif approve:
+        edited, error = _parse_edits(chosen, drafts)
+        status = 422 if error else 200
+    if not error:
+        try:
+            approvals_decide(
+                approvals=chosen,
+                reviewer=request.user,
+                approve=approve,
+                reason=reason,
+                edited_args=edited or None,
+            )
+        except ApprovalRefused as refused:
+            error, status = str(refused), _refusal_status(request, approve, reason)
+
+    if not request.htmx:
+        # Without JavaScript: post, then redirect back to the inbox with the outcome.
+        if error:
+            messages.error(request, error)
+        else:
+            verb = "Approved" if approve else "Rejected"
+            messages.success(request, f"{verb} {len(chosen)} step{pluralize(len(chosen))}.")
+        return redirect("plans:inbox")
+    group = _group_after_decision(request, int(run_id), int(round_no), chosen, drafts)
+    if group is None:
+        return render(request, "plans/inbox.html#refusal", {"error": error}, status=status)
+    group.error = error
+    return render(
+        request,
+        "plans/inbox.html#decision_group",
+        {
+            "group": group,
+            "may_decide": request.user.has_perm("plans.decide_approval"),
+            "four_eyes": settings.AGENTSITE_FOUR_EYES,
+        },
+        status=status,
+    )
+
+
+@require_GET
+def pending_count(request: HttpRequest) -> HttpResponse:
+    """The nav badge, for clients that poll instead of holding a websocket."""
+    return render(
+        request,
+        "base.html#pending_badge",
+        {"pending_approvals": pending_approvals_count(request.user)},
+    )
+
+
+def decision_groups(
+    approvals: list[Approval], drafts: dict[int, str] | None = None
+) -> list[DecisionGroup]:
+    """Cards grouped by run and round (in the order given), with the results that fed them."""
+    drafts = drafts or {}
+    plan_ids = {a.step.plan_id for a in approvals}
+    steps = {(s.plan_id, s.step_id): s for s in Step.objects.filter(plan_id__in=plan_ids)}
+    groups: dict[tuple[int, int], DecisionGroup] = {}
+    for approval in approvals:
+        step = approval.step
+        group = groups.setdefault(
+            (approval.run_id, step.round), DecisionGroup(run=approval.run, round=step.round)
+        )
+        group.cards.append(
+            ApprovalCard(
+                approval=approval,
+                args_text=drafts.get(approval.pk)
+                or json.dumps(approval.args, indent=2, ensure_ascii=False),
+                inputs=[
+                    steps[(step.plan_id, dep)]
+                    for dep in step.depends_on
+                    if (step.plan_id, dep) in steps
+                ],
+            )
+        )
+    for group in groups.values():
+        group.cards.sort(key=lambda card: card.approval.step.step_id)
+    return list(groups.values())
+
+
+def _parse_edits(
+    chosen: list[Approval], drafts: dict[int, str]
+) -> tuple[dict[int, dict[str, Any]], str]:
+    """The reviewer's edited arguments by approval; an error names the step whose JSON is bad."""
+    edited: dict[int, dict[str, Any]] = {}
+    for approval in chosen:
+        draft = drafts.get(approval.pk)
+        if draft is None:
+            continue
+        where = f"step {approval.step.step_id} ({approval.tool})"
+        try:
+            args = json.loads(draft)
+        except json.JSONDecodeError as bad:
+            return {}, (
+                f"The arguments of {where} are not valid JSON: {bad.msg} "
+                f"(line {bad.lineno}, column {bad.colno}). Nothing was decided."
+            )
+        if not isinstance(args, dict):
+            return {}, (
+                f"The arguments of {where} must be a JSON object ({{...}}). Nothing was decided."
+            )
+        if args != approval.args:
+            edited[approval.pk] = args
+    return edited, ""
+
+
+def _refusal_status(request: HttpRequest, approve: bool, reason: str) -> int:
+    if not request.user.has_perm("plans.decide_approval"):
+        return 403
+    if not approve and not reason.strip():
+        return 422
+    return 409  # already decided, four-eyes, or the run has ended
+
+
+def _group_after_decision(
+    request: HttpRequest,
+    run_id: int,
+    round_no: int,
+    chosen: list[Approval],
+    drafts: dict[int, str],
+) -> DecisionGroup | None:
+    """The group re-read after a decision: what was just decided plus what in it still waits."""
+    run = Run.objects.select_related("goal").filter(pk=run_id).first()
+    may_look = request.user.has_perm("plans.decide_approval") or (
+        run is not None and may_see_run(request.user, run)
+    )
+    if not may_look:
+        return None  # someone who may not see the run gets the message, not its arguments
+    approvals = (
+        Approval.objects.filter(run_id=run_id, step__round=round_no)
+        .filter(Q(pk__in=[a.pk for a in chosen]) | Q(decision=Approval.Decision.PENDING))
+        .select_related("run__goal__author", "step", "reviewer")
+    )
+    groups = decision_groups(list(approvals), drafts)
+    return groups[0] if groups else None

@@ -1,0 +1,213 @@
+"""Handing the agent a goal, and the run page: plan review, live steps, answer, cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from plans.events import event_message
+from plans.graphs import STATUS_COLOURS, plan_svg
+from plans.llm import OFFLINE_DEMO_GOALS
+from plans.models import Approval, Plan, Run, RunEvent, Step
+from plans.roles import may_see_run, may_submit_goals
+from plans.services.plans import plan_current
+from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
+
+RECENT_RUNS = 10
+NOT_AN_AUTHOR = (
+    "Only authors can hand the agent a goal. Ask an administrator to add you to the "
+    "“authors” group."
+)
+# Events after which the whole plan section (graph, steps, problems) is re-rendered.
+PLAN_KINDS = frozenset({"plan_created", "plan_invalid"})
+
+
+@require_http_methods(["GET", "POST"])
+def new_goal(request: HttpRequest) -> HttpResponse:
+    """The goal form; a submitted goal becomes a started run and the browser goes to its page."""
+    may_submit = may_submit_goals(request.user)
+    goal_text, error, status = "", "", 200
+    if request.method == "POST":
+        # A suggestion button carries its goal in its own field, so the textbox needs no JS.
+        goal_text = request.POST.get("suggestion") or request.POST.get("goal", "")
+        if not may_submit:
+            error, status = NOT_AN_AUTHOR, 403
+        else:
+            try:
+                run = run_create(author=request.user, goal_text=goal_text)
+            except GoalRejected as rejected:
+                error, status = str(rejected), 422
+            else:
+                run_start(run)
+                url = reverse("plans:run_detail", args=[run.pk])
+                return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    context = {
+        "goal_text": goal_text,
+        "error": error,
+        "may_submit": may_submit,
+        "not_an_author": NOT_AN_AUTHOR,
+        "suggestions": OFFLINE_DEMO_GOALS if settings.AGENTSITE_MODEL_BACKEND == "offline" else [],
+        "recent_runs": Run.objects.filter(goal__author=request.user)
+        .select_related("goal")
+        .order_by("-created_at")[:RECENT_RUNS],
+    }
+    template = "plans/new_goal.html#goal_form" if request.htmx else "plans/new_goal.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The plan to review and the run as it happens (the page then follows a websocket)."""
+    run = _visible_run(request, run_id)
+    return render(request, "plans/run_detail.html", run_page_context(run))
+
+
+@require_GET
+def step_detail(request: HttpRequest, run_id: int, step_id: int) -> HttpResponse:
+    """One step in full: arguments, inputs, result, approvals, attempts (side panel or page)."""
+    run = _visible_run(request, run_id)
+    plan = plan_shown(run)
+    if plan is None:
+        raise Http404("This run has no plan yet.")
+    step = get_object_or_404(Step, plan=plan, step_id=step_id)
+    if request.htmx:
+        return render(request, "plans/run_detail.html#step_panel", step_panel_context(step))
+    return render(request, "plans/run_detail.html", run_page_context(run, selected=step))
+
+
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Stop a run (anyone who may see it may stop it): nothing new starts; in-flight steps end."""
+    run = _visible_run(request, run_id)
+    run = run_cancel(run=run, user=request.user)
+    if request.htmx:
+        return render(request, "plans/run_detail.html#run_header", {"run": run})
+    return redirect("plans:run_detail", run_id=run.pk)
+
+
+@require_GET
+def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The updates for every event after ?after=N, as the websocket would push them."""
+    run = _visible_run(request, run_id)
+    try:
+        after = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        return HttpResponse("after must be a whole number", status=400)
+    events = [event_message(e) for e in RunEvent.objects.filter(run=run, seq__gt=after)]
+    if not events:
+        return HttpResponse(status=204)
+    return HttpResponse(live_fragment(run.pk, events))
+
+
+# --- shared with the websocket consumer -----------------------------------------------------
+
+
+def plan_shown(run: Run) -> Plan | None:
+    """The plan the run page shows: the current valid one, else the latest (invalid) attempt."""
+    return plan_current(run) or run.plans.order_by("-version").first()
+
+
+def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any]:
+    plan = plan_shown(run)
+    steps = list(plan.steps.all()) if plan else []
+    events = [event_message(e) for e in run.events.all()]
+    last_seq = events[-1]["seq"] if events else 0
+    return {
+        "run": run,
+        "plan": plan,
+        "steps": steps,
+        "graph_svg": graph_svg(plan, steps),
+        "status_colours": STATUS_COLOURS.items(),
+        "totals": run_totals(run, steps),
+        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "last_seq": last_seq,
+        "ws_url": f"/ws/runs/{run.pk}/?after={last_seq}",
+        **(step_panel_context(selected) if selected else {}),
+    }
+
+
+def live_fragment(run_id: int, events: list[dict[str, Any]]) -> str:
+    """Out-of-band swaps bringing a run page up to date with these events (seq ascending)."""
+    run = Run.objects.select_related("goal__author").get(pk=run_id)
+    plan = plan_shown(run)
+    steps = list(plan.steps.all()) if plan else []
+    kinds = {event["kind"] for event in events}
+    plan_changed = bool(kinds & PLAN_KINDS)
+    touched = {event["payload"].get("step") for event in events} - {None}
+    context = {
+        "oob": True,
+        "run": run,
+        "plan": plan,
+        "steps": steps,
+        "plan_changed": plan_changed,
+        "steps_changed": bool(touched) and not plan_changed,
+        "graph_svg": graph_svg(plan, steps) if plan_changed or touched else "",
+        "status_colours": STATUS_COLOURS.items(),
+        "answer_changed": "answer_finished" in kinds,
+        "totals": run_totals(run, steps),
+        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "first_seq": events[0]["seq"],
+        "last_seq": events[-1]["seq"],
+    }
+    return render_to_string("plans/run_detail.html#live_events", context)
+
+
+def answer_delta_fragment(text: str) -> str:
+    """A piece of the answer as it streams, appended (escaped) to the answer box."""
+    return render_to_string("plans/run_detail.html#answer_delta", {"text": text})
+
+
+def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
+    if plan is None or not plan.is_valid or not steps:
+        return ""
+    # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
+    return mark_safe(plan_svg(plan, steps))  # noqa: S308
+
+
+def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
+    approvals = run.approvals.aggregate(
+        requested=Count("pk"),
+        decided=Count("pk", filter=~Q(decision=Approval.Decision.PENDING)),
+    )
+    return {
+        "tokens": run.total_tokens,
+        "cost_usd": run.cost_usd,
+        "model_calls": run.model_call_count,
+        "round": run.round_count,
+        "rounds": max((s.round for s in steps), default=0),
+        "approvals_requested": approvals["requested"],
+        "approvals_decided": approvals["decided"],
+    }
+
+
+def step_panel_context(step: Step) -> dict[str, Any]:
+    dependencies = Step.objects.filter(plan_id=step.plan_id, step_id__in=step.depends_on)
+    return {
+        "selected": step,
+        "selected_inputs": list(dependencies),
+        "selected_approvals": list(step.approvals.select_related("reviewer")),
+        "selected_calls": list(step.tool_calls.order_by("attempt")),
+    }
+
+
+def timeline_entry(event: dict[str, Any]) -> dict[str, Any]:
+    at = event["at"]
+    return {**event, "at": datetime.fromisoformat(at) if isinstance(at, str) else at}
+
+
+def _visible_run(request: HttpRequest, run_id: int) -> Run:
+    run = get_object_or_404(Run.objects.select_related("goal__author"), pk=run_id)
+    if not may_see_run(request.user, run):
+        # Not found rather than forbidden: whether a run exists is itself not shown.
+        raise Http404("No such run.")
+    return run

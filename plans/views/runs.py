@@ -1,0 +1,183 @@
+"""The read-only side of runs: the filtered list, the audit page, its JSON export and the graph."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Exists, OuterRef
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET
+
+from plans.graphs import STATUS_COLOURS, plan_svg
+from plans.models import Goal, Run, Step
+from plans.reports import (
+    DEFAULT_RUN_SORT,
+    RUN_SORTS,
+    RunFilters,
+    run_audit_get,
+    run_export_data,
+    runs_matching,
+    runs_visible_to,
+)
+from plans.tools import get_registry
+
+RUNS_PER_PAGE = 50
+RUNS_TABLE_ID = "runs-table"
+SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+class RunFilterForm(forms.Form):
+    """The runs list's query string; invalid values are reported and ignored, not fatal."""
+
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Run.Status.choices])
+    author = forms.ChoiceField(required=False)
+    date_from = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    date_to = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    tool = forms.ChoiceField(required=False)
+    sort = forms.ChoiceField(required=False, choices=[(key, key) for key in RUN_SORTS])
+
+    def __init__(self, data, *, viewer) -> None:
+        super().__init__(data)
+        if viewer.has_perm("plans.view_all_runs"):
+            # A callable: the query runs only when the select is drawn or an author is given.
+            self.fields["author"].choices = _author_choices
+        else:
+            del self.fields["author"]  # authors see only their own runs
+        self.fields["tool"].choices = [("", "Any tool"), *((t, t) for t in sorted(get_registry()))]
+
+    def filters(self) -> RunFilters:
+        """The valid part of the query as selector filters."""
+        self.is_valid()
+        data = self.cleaned_data
+        return RunFilters(
+            status=data.get("status") or None,
+            author=data.get("author") or None,
+            date_from=data.get("date_from"),
+            date_to=data.get("date_to"),
+            tool=data.get("tool") or None,
+            sort=data.get("sort") or DEFAULT_RUN_SORT,
+        )
+
+
+def _author_choices() -> list[tuple[str, str]]:
+    authors = (
+        get_user_model()
+        .objects.filter(Exists(Goal.objects.filter(author=OuterRef("pk"))))
+        .order_by("username")
+        .values_list("username", flat=True)
+    )
+    return [("", "Anyone"), *((author, author) for author in authors)]
+
+
+@login_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET, viewer=request.user)
+    filters = form.filters()
+    page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    context = {
+        "form": form,
+        "page": page,
+        "page_range": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
+        "ellipsis": Paginator.ELLIPSIS,
+        "filtered": filters != RunFilters(sort=filters.sort),
+        "can_see_all": request.user.has_perm("plans.view_all_runs"),
+        "sort": filters.sort,
+        "table_id": RUNS_TABLE_ID,
+        "sort_columns": _sort_columns(filters.sort),
+    }
+    # Filters, sorting and paging swap only the table; anything else gets the whole page.
+    htmx = getattr(request, "htmx", None)
+    partial = bool(htmx) and htmx.target == RUNS_TABLE_ID and not htmx.history_restore_request
+    template = "plans/run_list.html#runs_table" if partial else "plans/run_list.html"
+    response = render(request, template, context)
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _sort_columns(current: str) -> dict[str, dict[str, str]]:
+    """For each sortable column: the sort its header link asks for and its arrow."""
+    columns = {}
+    for key in ("date", "cost", "duration"):
+        descending = f"-{key}"
+        if current == descending:
+            columns[key] = {"next": key, "arrow": "\u2193", "aria": "descending"}
+        elif current == key:
+            columns[key] = {"next": descending, "arrow": "\u2191", "aria": "ascending"}
+        else:
+            columns[key] = {"next": descending, "arrow": "", "aria": "none"}
+    return columns
+
+
+def _visible_run(request: HttpRequest, run_id: int) -> Run:
+    # Someone else's run is a 404, exactly like a missing one: existence is not disclosed.
+    return get_object_or_404(runs_visible_to(request.user), pk=run_id)
+
+
+@login_required
+@require_GET
+def run_audit(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _visible_run(request, run_id)
+    audit = run_audit_get(run=run)
+    return render(
+        request,
+        "plans/run_audit.html",
+        {
+            "run": run,
+            "audit": audit,
+            "status_colours": STATUS_COLOURS,
+            "several_versions": len(audit.versions) > 1,
+        },
+    )
+
+
+@login_required
+@require_GET
+def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _visible_run(request, run_id)
+    text = json.dumps(run_export_data(run=run), cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    # Same JSON, but no byte of it can open a tag even if a browser were to sniff it as HTML.
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    response = HttpResponse(text, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(
+        as_attachment=True, filename=f"run-{run.pk}.json"
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@login_required
+@require_GET
+def run_graph_svg(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _visible_run(request, run_id)
+    plans = run.plans.order_by("-version")
+    version = request.GET.get("version", "")
+    if version:
+        if not version.isdigit():
+            raise Http404("No such plan version.")
+        plan = plans.filter(version=int(version)).first()
+    else:
+        plan = plans.filter(is_valid=True).first() or plans.first()
+    if plan is None:
+        raise Http404("This run has no plan yet.")
+    svg = plan_svg(plan, Step.objects.filter(plan=plan))
+    response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
+    response["Content-Security-Policy"] = SVG_CSP
+    response["X-Content-Type-Options"] = "nosniff"
+    # Step statuses change while a run is live: always revalidate.
+    patch_cache_control(response, private=True, no_cache=True)
+    return response

@@ -1,0 +1,194 @@
+// Live run pages and the approvals inbox. No inline handlers, no eval: CSP-friendly.
+(function () {
+  "use strict";
+
+  // --- the run socket: resume exactly after the last event shown ----------------------------
+
+  function lastSeq() {
+    var marker = document.getElementById("last-seq");
+    return marker ? parseInt(marker.getAttribute("data-seq"), 10) || 0 : 0;
+  }
+
+  // The ws extension reconnects with the URL it first read; ask for what was missed since.
+  htmx.createWebSocket = function (url) {
+    if (url.indexOf("/ws/runs/") !== -1) {
+      url = url.replace(/([?&]after=)\d*/, "$1" + lastSeq());
+    }
+    var socket = new WebSocket(url, []);
+    socket.binaryType = htmx.config.wsBinaryType;
+    return socket;
+  };
+
+  var resumeAsked = false;
+
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    if (!event.target || event.target.id !== "run-live") return;
+    var template = document.createElement("template");
+    template.innerHTML = event.detail.message;
+    var marker = template.content.getElementById("last-seq");
+    if (!marker) return; // answer tokens: no seq, appended as they come
+    var first = parseInt(marker.getAttribute("data-first"), 10);
+    var last = parseInt(marker.getAttribute("data-seq"), 10);
+    var shown = lastSeq();
+    if (last <= shown) {
+      event.preventDefault(); // already on the page
+      return;
+    }
+    if (first > shown + 1) {
+      // A gap: drop this batch and ask for everything after what is shown, in order.
+      event.preventDefault();
+      if (!resumeAsked) {
+        resumeAsked = true;
+        event.detail.socketWrapper.send(JSON.stringify({ resume_after: shown }));
+      }
+      return;
+    }
+    resumeAsked = false;
+  });
+
+  document.addEventListener("htmx:wsAfterMessage", function (event) {
+    if (!event.target) return;
+    if (event.target.id === "run-live") {
+      dedupeTimeline();
+      refreshOpenStep(event.detail.message);
+      markSelected();
+    } else if (event.target.classList.contains("live-badge")) {
+      inboxChanged();
+    }
+  });
+
+  var liveSocket = null;
+
+  document.addEventListener("htmx:wsOpen", function (event) {
+    if (event.target && event.target.id === "run-live") {
+      resumeAsked = false;
+      liveSocket = event.detail.socketWrapper;
+      event.target.setAttribute("data-state", "live");
+    }
+  });
+
+  // Pushes are best-effort and a lost last batch has no later batch to reveal the gap: now and
+  // then ask for anything after what is shown (usually there is nothing, and nothing comes).
+  var CATCH_UP_MS = 10000;
+  setInterval(function () {
+    var live = document.getElementById("run-live");
+    var header = document.getElementById("run-header");
+    if (!liveSocket || !live || live.getAttribute("data-state") !== "live") return;
+    if (header && header.classList.contains("is-terminal")) return;
+    liveSocket.send(JSON.stringify({ resume_after: lastSeq() }));
+  }, CATCH_UP_MS);
+
+  // A catch-up can cross a batch already in flight: keep one line per event.
+  function dedupeTimeline() {
+    var seen = {};
+    document.querySelectorAll("#timeline > li[data-seq]").forEach(function (item) {
+      var seq = item.getAttribute("data-seq");
+      if (seen[seq]) item.remove();
+      seen[seq] = true;
+    });
+  }
+
+  document.addEventListener("htmx:wsClose", function (event) {
+    if (event.target && event.target.id === "run-live") {
+      liveSocket = null;
+      event.target.setAttribute("data-state", "offline");
+    }
+  });
+
+  // --- step details: click a graph node or a step row ---------------------------------------
+
+  function stepUrl(stepId) {
+    var graph = document.getElementById("run-page");
+    return graph ? graph.getAttribute("data-step-url").replace(/0\/$/, stepId + "/") : null;
+  }
+
+  function showStep(stepId) {
+    var url = stepUrl(stepId);
+    if (!url) return;
+    htmx.ajax("GET", url, { target: "#step-panel", swap: "innerHTML" }).then(markSelected);
+  }
+
+  function openStepId() {
+    var panel = document.querySelector("#step-panel [data-step]");
+    return panel ? panel.getAttribute("data-step") : null;
+  }
+
+  function markSelected() {
+    var open = openStepId();
+    document.querySelectorAll(".is-selected").forEach(function (el) {
+      el.classList.remove("is-selected");
+    });
+    if (!open) return;
+    var node = document.getElementById("step-" + open);
+    var row = document.getElementById("step-row-" + open);
+    if (node) node.classList.add("is-selected");
+    if (row) row.classList.add("is-selected");
+  }
+
+  function refreshOpenStep(message) {
+    var open = openStepId();
+    if (open && message.indexOf('id="step-row-' + open + '"') !== -1) showStep(open);
+  }
+
+  function stepIdOf(target) {
+    if (!target.closest) return null;
+    if (target.closest("a, button, summary, pre, input, textarea")) return null;
+    var node = target.closest('#graph g.node[id^="step-"]');
+    if (node) return node.id.slice("step-".length);
+    var row = target.closest("tr[data-step]");
+    return row ? row.getAttribute("data-step") : null;
+  }
+
+  document.addEventListener("click", function (event) {
+    var stepId = stepIdOf(event.target);
+    if (stepId) showStep(stepId);
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Enter" && event.key !== " ") return;
+    var node = event.target.closest && event.target.closest('#graph g.node[id^="step-"]');
+    if (!node) return;
+    event.preventDefault();
+    showStep(node.id.slice("step-".length));
+  });
+
+  // Graph nodes are focusable buttons for keyboard users (re-applied after each re-render).
+  function prepareGraph(root) {
+    (root.querySelectorAll ? root : document).querySelectorAll('g.node[id^="step-"]').forEach(
+      function (node) {
+        node.setAttribute("tabindex", "0");
+        node.setAttribute("role", "button");
+      }
+    );
+  }
+
+  document.addEventListener("htmx:load", function (event) {
+    prepareGraph(event.target);
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    if (event.target && event.target.id === "graph") {
+      prepareGraph(event.target);
+      markSelected();
+    }
+  });
+
+  // --- the approvals inbox: follow the count while nothing is being edited ---------------------
+
+  function inboxChanged() {
+    var list = document.getElementById("inbox-list");
+    var badge = document.getElementById("pending-count");
+    if (!list || !badge) return;
+    var count = parseInt(badge.getAttribute("data-count"), 10) || 0;
+    var shown = list.querySelectorAll(".approval-card.is-pending").length;
+    var stale = document.getElementById("inbox-stale");
+    // Fewer waiting than shown is usually our own decision, its answer still on the way.
+    if (count <= shown) {
+      if (stale) stale.hidden = true;
+    } else if (shown === 0) {
+      // Nothing on the page can be lost: show the new requests.
+      htmx.ajax("GET", list.getAttribute("data-refresh-url"), { target: "#inbox-list", swap: "outerHTML" });
+    } else if (stale) {
+      stale.hidden = false; // never replace cards a reviewer may be editing
+    }
+  }
+})();

@@ -1,0 +1,197 @@
+"""A live daphne (manage.py serve, own SQLite) and Debian's chromium driven by Playwright."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SERVER_START_S = 90
+# Longest wait for something the server does on its own (plan, run, answer) to appear.
+EVENTUALLY_MS = 30_000
+
+# The browser logs every 4xx; these statuses carry a message the page shows in place.
+REFUSAL_LOGGED = re.compile(r"Failed to load resource: .* status of 4(03|09|22)\b")
+
+PASSWORDS = {
+    "author": "author-demo-pass",
+    "author2": "author2-demo-pass",
+    "reviewer": "reviewer-demo-pass",
+    "operator": "operator-demo-pass",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own server
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Remember each phase's outcome on the test item, for the failure diagnostics below."""
+    report = yield
+    item.stash.setdefault(OUTCOMES, {})[report.when] = report
+    return report
+
+
+OUTCOMES = pytest.StashKey[dict]()
+SERVER_LOG = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session")
+def daphne_server(tmp_path_factory, request):
+    """`manage.py serve` on a free port with its own var dir, until it answers; then stopped."""
+    var_dir = tmp_path_factory.mktemp("agentsite-var")
+    port = _free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"ANTHROPIC_API_KEY", "AGENTSITE_DATABASE_URL", "AGENTSITE_REDIS_URL"}
+    }
+    env.update(
+        AGENTSITE_VAR_DIR=str(var_dir),
+        AGENTSITE_MODEL_BACKEND="offline",
+        AGENTSITE_TASKS_BACKEND="django_tasks_db.DatabaseBackend",
+        DJANGO_SETTINGS_MODULE="tests.browser.strict_csp_settings",
+        PYTHONUNBUFFERED="1",
+    )
+    log_path = var_dir / "server.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
+            [sys.executable, "manage.py", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    request.config.stash[SERVER_LOG] = log_path
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_S
+    while not _answers(f"{url}/accounts/login/"):
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"the server did not start:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.2)
+    yield url
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+# Per module, not per session: Playwright's sync API keeps an event loop running in this thread,
+# and Django refuses database work in the tests after it while that loop is alive.
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=EVENTUALLY_MS)
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (./dev test does)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser, request):
+    """open_page("who") -> a page of a fresh browser context; its console errors fail the test."""
+    contexts = []
+    errors: list[str] = []
+
+    def open_(who: str):
+        context = browser.new_context(viewport={"width": 1440, "height": 1000})
+        context.set_default_timeout(EVENTUALLY_MS)
+        contexts.append(context)
+        page = context.new_page()
+        # Scripts must run cleanly: a CSP violation, an htmx swap without a target or a JS
+        # error is logged as a console error.
+        page.on("pageerror", lambda error: errors.append(f"{who}: {error}"))
+        page.on(
+            "console",
+            lambda message: (
+                message.type == "error"
+                and not REFUSAL_LOGGED.match(message.text)
+                and errors.append(f"{who}: {message.text}")
+            ),
+        )
+        return page
+
+    yield open_
+    call = request.node.stash.get(OUTCOMES, {}).get("call")
+    if call is not None and call.failed:
+        _explain_failure(request.node.name, contexts, request.config.stash.get(SERVER_LOG, None))
+    found = list(errors)
+    for context in contexts:
+        context.close()
+    assert not found, "errors in the browser console:\n" + "\n".join(found)
+
+
+@pytest.fixture
+def sign_in(open_page, daphne_server):
+    """sign_in("reviewer") -> a page of a fresh browser context, signed in as that demo user."""
+    from playwright.sync_api import expect
+
+    def open_as(username: str):
+        page = open_page(username)
+        page.goto(f"{daphne_server}/accounts/login/")
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(PASSWORDS[username])
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("link", name="New goal")).to_be_visible()
+        return page
+
+    return open_as
+
+
+@pytest.fixture
+def screenshot():
+    """screenshot(page, "inbox") saves artifacts/screenshots/inbox.png (the whole page)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def save(page, name: str, *, full_page: bool = True) -> None:
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+    return save
+
+
+def _explain_failure(test_name: str, contexts, log: Path | None) -> None:
+    """Screenshots of every open page and the server's log, where a failure is looked into."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for index, context in enumerate(contexts):
+        for number, page in enumerate(context.pages):
+            path = SCREENSHOTS / f"failed-{test_name}-{index}-{number}.png"
+            page.screenshot(path=str(path), full_page=True)
+    if log is not None and log.exists():
+        print(f"--- server log (last lines) ---\n{log.read_text()[-6000:]}")

@@ -1,0 +1,77 @@
+"""A run page that loses its socket, or some pushes, still shows every event exactly once."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from plans.llm.offline import REFUND_GOAL
+
+pytestmark = pytest.mark.browser
+
+# Read together: a message may land between two separate reads.
+TIMELINE_AND_LAST_SEQ = """() => [
+    Array.from(document.querySelectorAll('#timeline li')).map(li => +li.dataset.seq),
+    +document.getElementById('last-seq').dataset.seq,
+]"""
+
+
+def wait_until(condition, page, seconds=30):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "gave up waiting"
+        page.wait_for_timeout(100)
+
+
+def assert_timeline_is_the_whole_log(page):
+    seqs, last = page.evaluate(TIMELINE_AND_LAST_SEQ)
+    assert sorted(seqs) == list(range(1, last + 1))  # none missing, none twice
+
+
+def test_a_reconnect_and_lost_pushes_leave_no_gap_and_no_duplicate(sign_in):
+    author = sign_in("author")
+    sockets = []  # (url, page side) per connection the page opened
+    dropping = {"on": False}
+
+    def through_a_proxy(page_side):
+        server_side = page_side.connect_to_server()
+        server_side.on_message(lambda message: dropping["on"] or page_side.send(message))
+        page_side.on_message(lambda message: server_side.send(message))
+        sockets.append((page_side.url, page_side))
+
+    author.route_web_socket(re.compile(r"/ws/runs/"), through_a_proxy)
+    author.get_by_label("Goal").fill(REFUND_GOAL)
+    author.get_by_role("button", name="Plan", exact=True).click()
+    expect(author).to_have_url(re.compile(r"/runs/\d+/$"))
+    run_id = re.search(r"/runs/(\d+)/", author.url).group(1)
+    author.evaluate("window.__marker = 1")
+    expect(author.locator("#step-row-2")).to_contain_text("awaiting approval")
+    expect(author.locator("#timeline")).to_contain_text("Waiting for a decision")  # parked
+    wait_until(lambda: sockets, author)
+
+    # The server restarts: the page reconnects asking for the events after the last it shows.
+    shown = author.locator("#last-seq").get_attribute("data-seq")
+    sockets[-1][1].close(code=1012, reason="service restart")
+    wait_until(lambda: len(sockets) == 2, author)
+    assert sockets[1][0].endswith(f"/ws/runs/{run_id}/?after={shown}")
+    expect(author.locator("#run-live")).to_have_attribute("data-state", "live")
+
+    # Pushes are lost while the refund is approved and the run parks again for the email.
+    dropping["on"] = True
+    reviewer = sign_in("reviewer")
+    reviewer.get_by_role("link", name=re.compile("Approvals")).click()
+    reviewer.locator(f"#group-{run_id}-2").get_by_role("button", name="Approve").click()
+    expect(reviewer.locator(f"#group-{run_id}-3")).to_contain_text("send_email")
+    dropping["on"] = False
+
+    # Nothing after the lost batches reveals the gap: the page's periodic catch-up finds them.
+    expect(author.locator("#step-row-2")).to_contain_text("succeeded")
+    expect(author.locator("#step-row-3")).to_contain_text("awaiting approval")
+    assert_timeline_is_the_whole_log(author)
+
+    reviewer.locator(f"#group-{run_id}-3").get_by_role("button", name="Approve").click()
+    expect(author.locator("#run-status")).to_have_text("completed")
+    expect(author.locator("#timeline")).to_contain_text("Run finished")
+    assert_timeline_is_the_whole_log(author)
+    assert author.evaluate("window.__marker") == 1

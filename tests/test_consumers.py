@@ -1,0 +1,315 @@
+"""The run page's websocket: who may connect, replay after a seq, live events exactly once."""
+
+import re
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission
+from django.db import transaction
+
+from agentsite.asgi import application
+from plans.events import INBOX_GROUP, append_events, publish_transient, run_group
+from plans.execution import advance_run
+from plans.llm.offline import PRICE_GOAL, TRIP_GOAL
+from plans.models import Run
+from plans.services.runs import run_create
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def offline_model(settings):
+    settings.AGENTSITE_MODEL_BACKEND = "offline"
+
+
+@pytest.fixture
+def finished_run(author):
+    run = run_create(author=author, goal_text=PRICE_GOAL)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.last_seq > 6
+    return run
+
+
+def session_of(client, user):
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+async def open_socket(path, session=None):
+    headers = [(b"origin", b"http://localhost")]
+    if session:
+        headers.append((b"cookie", f"sessionid={session}".encode()))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await communicator.connect()
+    assert connected  # accepted, so a refusal can carry a close code the client won't retry
+    return communicator
+
+
+def timeline_seqs(html):
+    return [int(seq) for seq in re.findall(r'<li class="event[^"]*" data-seq="(\d+)"', html)]
+
+
+@database_sync_to_async
+def append(run, *kinds):
+    with transaction.atomic():
+        events, _ = append_events(run.pk, [(kind, {"status": "running"}) for kind in kinds])
+    return [event["seq"] for event in events]
+
+
+async def following(socket, run):
+    """Wait until the consumer follows the run: an event appended now comes back to us."""
+    (seq,) = await append(run, "run_status")
+    assert timeline_seqs(await socket.receive_from()) == [seq]
+    return seq
+
+
+async def test_a_socket_without_a_signed_in_user_is_closed(finished_run):
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0")
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_socket_for_someone_elses_run_is_closed(finished_run, client, other_author):
+    session = await database_sync_to_async(session_of)(client, other_author)
+
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_socket_for_a_run_that_does_not_exist_is_closed(client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+
+    socket = await open_socket("/ws/runs/999999/?after=0", session)
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_socket_from_another_origin_is_refused(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    headers = [(b"origin", b"http://evil.example"), (b"cookie", f"sessionid={session}".encode())]
+    communicator = WebsocketCommunicator(
+        application, f"/ws/runs/{finished_run.pk}/", headers=headers
+    )
+
+    connected, _ = await communicator.connect()
+
+    assert not connected
+
+
+async def test_people_who_may_see_all_runs_may_follow_any(finished_run, client, outsider):
+    await database_sync_to_async(outsider.user_permissions.add)(
+        await database_sync_to_async(Permission.objects.get)(codename="view_all_runs")
+    )
+    session = await database_sync_to_async(session_of)(client, outsider)
+
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
+
+    assert timeline_seqs(await socket.receive_from())
+    await socket.disconnect()
+
+
+async def test_it_replays_exactly_the_events_after_the_seq_the_client_names(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    last = finished_run.last_seq
+
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=3", session)
+    replay = await socket.receive_from()
+    (live,) = await append(finished_run, "run_status")
+    after_replay = await socket.receive_from()
+
+    assert sorted(timeline_seqs(replay)) == list(range(4, last + 1))
+    assert f'data-first="4" data-seq="{last}"' in replay
+    assert timeline_seqs(after_replay) == [live]  # the next message is new, not a repeat
+    await socket.disconnect()
+
+
+async def test_a_reconnect_gets_what_was_missed_while_away_and_nothing_twice(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    path = f"/ws/runs/{finished_run.pk}/?after="
+
+    first = await open_socket(path + "0", session)
+    seen = timeline_seqs(await first.receive_from())
+    await first.disconnect()
+    missed = await append(finished_run, "run_status", "run_status")
+    second = await open_socket(path + str(max(seen)), session)
+    replay = await second.receive_from()
+
+    assert sorted(seen) == list(range(1, finished_run.last_seq + 1))
+    assert sorted(timeline_seqs(replay)) == missed
+    await second.disconnect()
+
+
+async def test_a_live_event_arrives_once_even_if_it_is_delivered_twice(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+
+    (live,) = await append(finished_run, "run_status")
+    first = await socket.receive_from()
+    # The same batch again (a publish racing a replay): the consumer has already sent it.
+    await get_channel_layer().group_send(
+        run_group(finished_run.pk),
+        {
+            "type": "run.events",
+            "events": [
+                {"run": finished_run.pk, "seq": live, "kind": "run_status", "payload": {}, "at": ""}
+            ],
+        },
+    )
+    (later,) = await append(finished_run, "run_status")
+    second = await socket.receive_from()
+
+    assert timeline_seqs(first) == [live]
+    assert timeline_seqs(second) == [later]
+    await socket.disconnect()
+
+
+async def test_a_gap_in_live_events_is_filled_from_the_log(
+    finished_run, client, author, monkeypatch
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+    monkeypatch.setattr("plans.events.publish_events", lambda run_id, events: None)
+    (lost,) = await append(finished_run, "run_status")  # committed, but its push is lost
+    monkeypatch.undo()
+
+    (after_gap,) = await append(finished_run, "run_status")
+    message = await socket.receive_from()
+
+    assert sorted(timeline_seqs(message)) == [lost, after_gap]
+    await socket.disconnect()
+
+
+async def test_the_client_can_ask_again_from_a_seq(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    last = finished_run.last_seq
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after={last}", session)
+
+    await socket.send_json_to({"resume_after": last - 2})
+    message = await socket.receive_from()
+
+    assert sorted(timeline_seqs(message)) == [last - 1, last]
+    await socket.disconnect()
+
+
+async def test_a_lost_last_batch_comes_when_the_client_asks_from_what_it_has(
+    finished_run, client, author, monkeypatch
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    shown = await following(socket, finished_run)
+    monkeypatch.setattr("plans.events.publish_events", lambda run_id, events: None)
+    lost = await append(finished_run, "run_status", "run_finished")  # nothing comes after it
+
+    await socket.send_json_to({"resume_after": shown})
+    message = await socket.receive_from()
+
+    assert sorted(timeline_seqs(message)) == lost
+    await socket.disconnect()
+
+
+async def test_asking_when_nothing_was_missed_sends_nothing(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
+    await socket.receive_from()  # the whole log
+
+    last = finished_run.last_seq
+    await socket.send_json_to({"resume_after": last})
+    await socket.send_json_to({"resume_after": last - 1})  # answered in order, after the first
+    message = await socket.receive_from()
+
+    assert timeline_seqs(message) == [last]  # the first question got no answer
+    await socket.disconnect()
+
+
+async def test_answer_tokens_are_appended_escaped(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+
+    publish_transient(finished_run.pk, "answer_delta", {"text": "<b>92800</b> "})
+    message = await socket.receive_from()
+
+    assert message == '<span hx-swap-oob="beforeend:#answer-text">&lt;b&gt;92800&lt;/b&gt; </span>'
+    await socket.disconnect()
+
+
+async def test_a_step_event_updates_its_row_the_graph_totals_and_status(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq - 1}", session
+    )
+
+    message = await socket.receive_from()
+    with_step = await database_sync_to_async(append_events_with_step)(finished_run)
+    update = await socket.receive_from()
+
+    assert 'id="run-header"' in message and 'id="run-totals"' in message
+    assert timeline_seqs(update) == [with_step]
+    assert '<div id="steps-table" class="table-scroll" hx-swap-oob="true">' in update
+    assert '<div id="graph" class="graph" hx-swap-oob="true">' in update
+    await socket.disconnect()
+
+
+def append_events_with_step(run):
+    with transaction.atomic():
+        events, _ = append_events(
+            run.pk, [("step_finished", {"step": 3, "tool": "calculator", "status": "succeeded"})]
+        )
+    return events[0]["seq"]
+
+
+# --- the reviewers' badge ------------------------------------------------------------------
+
+
+@database_sync_to_async
+def parked_trip(author):
+    run = run_create(author=author, goal_text=TRIP_GOAL)
+    advance_run(run.pk)
+    return Run.objects.get(pk=run.pk).status
+
+
+async def test_the_badge_socket_sends_reviewers_the_count_and_follows_changes(
+    client, author, reviewer
+):
+    session = await database_sync_to_async(session_of)(client, reviewer)
+    socket = await open_socket("/ws/approvals/", session)
+    initial = await socket.receive_from()
+
+    assert await parked_trip(author) == Run.Status.AWAITING_APPROVAL
+    await get_channel_layer().group_send(INBOX_GROUP, {"type": "inbox.changed"})
+    updates = [await socket.receive_from()]
+    while 'data-count="2"' not in updates[-1]:  # the run's own nudge may come first
+        updates.append(await socket.receive_from())
+
+    assert 'id="pending-count"' in initial and 'data-count="0"' in initial
+    assert 'hx-swap-oob="true"' in updates[-1]
+    await socket.disconnect()
+
+
+async def test_the_badge_socket_is_for_reviewers_only(client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+
+    socket = await open_socket("/ws/approvals/", session)
+
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}

@@ -1,0 +1,262 @@
+"""The plan graph: nodes, edges and statuses; escaping, sanitising, limits and the cache."""
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+from django.core.cache import cache
+
+from plans import graphs
+from plans.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
+from plans.models import Plan, Step
+from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT
+
+NS = {"svg": "http://www.w3.org/2000/svg"}
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def dot_calls(monkeypatch):
+    """Counts the times graphviz is started."""
+    calls = []
+    real_run = subprocess.run
+
+    def counting_run(*args, **kwargs):
+        calls.append(args)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(graphs.subprocess, "run", counting_run)
+    return calls
+
+
+def step(step_id, tool="price", args=None, depends_on=(), status="pending", destructive=False):
+    return Step(
+        step_id=step_id,
+        tool=tool,
+        args={"item": "iPhone 16"} if args is None else args,
+        depends_on=list(depends_on),
+        status=status,
+        destructive=destructive,
+        round=1,
+    )
+
+
+def price_plan(status_of_3="pending"):
+    return [
+        step(1, status="succeeded"),
+        step(2, args={"item": "AirPods 4"}, status="succeeded"),
+        step(3, "calculator", {"expression": "{{1}}+{{2}}"}, [1, 2], status=status_of_3),
+    ]
+
+
+def parse(svg):
+    return ET.fromstring(svg)  # noqa: S314 - our own sanitised output
+
+
+def node(root, step_id):
+    found = root.find(f".//svg:g[@id='step-{step_id}']", NS)
+    assert found is not None, f"no node step-{step_id}"
+    return found
+
+
+def node_text(root, step_id):
+    return "\n".join(
+        "".join(text.itertext()) for text in node(root, step_id).iterfind(".//svg:text", NS)
+    )
+
+
+def test_each_step_is_a_node_with_its_id_status_class_tool_and_arguments():
+    root = parse(plan_svg(Plan(pk=1), price_plan(status_of_3="running")))
+
+    assert node(root, 1).get("class") == "node step status-succeeded"
+    assert node(root, 3).get("class") == "node step status-running"
+    assert "3 · calculator" in node_text(root, 3)
+    assert 'expression="{{1}}+{{2}}"' in node_text(root, 3)
+    assert 'item="AirPods 4"' in node_text(root, 2)
+
+
+def test_nodes_are_filled_with_the_colour_of_their_status():
+    root = parse(plan_svg(Plan(pk=1), price_plan(status_of_3="failed")))
+
+    shape = node(root, 3).find("svg:path", NS)
+    assert shape.get("fill") == STATUS_COLOURS["failed"]
+    assert set(STATUS_COLOURS) == set(Step.Status.values)
+
+
+def test_each_dependency_is_an_edge_from_the_dependency_to_its_dependant():
+    root = parse(plan_svg(Plan(pk=1), price_plan()))
+
+    edges = {g.get("id") for g in root.iterfind(".//svg:g[@class='edge']", NS)}
+    assert edges == {"edge-1-3", "edge-2-3"}
+
+
+def test_destructive_steps_have_a_double_red_border_and_a_warning():
+    steps = [
+        step(1, "order_total", {"order_id": "A-1001"}),
+        step(2, "issue_refund", {"order_id": "A-1001"}, [1], destructive=True),
+    ]
+    root = parse(plan_svg(Plan(pk=1), steps))
+
+    refund = node(root, 2)
+    assert "destructive" in refund.get("class").split()
+    borders = refund.findall("svg:polygon", NS)
+    assert len(borders) == 2  # peripheries=2
+    assert {b.get("stroke") for b in borders} == {graphs.DESTRUCTIVE_BORDER_COLOUR}
+    assert "\u26a0 2 · issue_refund" in node_text(root, 2)
+    assert "destructive" not in node(root, 1).get("class")
+
+
+def test_long_argument_values_are_cut_to_one_line_of_forty_characters():
+    root = parse(plan_svg(Plan(pk=1), [step(1, "search", {"query": "word " * 40})]))
+
+    lines = ["".join(text.itertext()) for text in node(root, 1).iterfind(".//svg:text", NS)]
+    assert lines[1].startswith('query="word word')
+    assert lines[1].endswith("\u2026")
+    assert max(len(line) for line in lines) <= graphs.LABEL_LINE_CHARS
+
+
+def test_hostile_text_in_tools_and_arguments_is_drawn_as_inert_text():
+    hostile = step(
+        1,
+        tool=DOT_BREAKER,
+        args={"a": SCRIPT, "b": IMG, f"{DOT_BREAKER}": DOT_BREAKER, "d": MULTILINE},
+        status="running",
+    )
+    svg = plan_svg(Plan(pk=1), [hostile, step(2, depends_on=[1])])
+    root = parse(svg)
+
+    assert "<script" not in svg and "<img" not in svg and "<a " not in svg
+    assert not [
+        (element.tag, name)
+        for element in root.iter()
+        for name in element.attrib
+        if name.lower().startswith("on") or name.endswith("href")
+    ]
+    # The label did not break out of its node: still two nodes and one edge, no node "x".
+    assert len(root.findall(".//svg:g[@class]", NS)) == 1 + 2 + 1  # graph, nodes, edge
+    assert root.find(".//svg:g[@id='x']", NS) is None
+    text = node_text(root, 1)
+    assert '1 · "]; x [label="' in text
+    assert 'a="<script>alert(1)</script>"' in text
+    assert r'b="\"><img src=x onerror=alert(1)>"' in text
+    assert r'"]; x [label="="\"]; x [label=\""' in text
+    assert r'd="line one\nline two {braces} }"' in text  # the newline is shown, not obeyed
+
+
+def test_control_characters_cannot_make_the_svg_malformed():
+    svg = plan_svg(Plan(pk=1), [step(1, args={"bell\x07": "nul\x00 \ud800"})])
+
+    assert 'bell\ufffd="nul\\u0000 \ufffd"' in node_text(parse(svg), 1)
+
+
+def test_drawing_the_same_plan_and_statuses_again_does_not_run_dot(dot_calls):
+    first = plan_svg(Plan(pk=1), price_plan())
+    second = plan_svg(Plan(pk=1), price_plan())
+
+    assert len(dot_calls) == 1
+    assert first == second
+
+
+def test_a_changed_status_draws_the_graph_again(dot_calls):
+    plan_svg(Plan(pk=1), price_plan(status_of_3="pending"))
+    redrawn = plan_svg(Plan(pk=1), price_plan(status_of_3="succeeded"))
+
+    assert len(dot_calls) == 2
+    assert node(parse(redrawn), 3).get("class") == "node step status-succeeded"
+
+
+def test_a_dot_that_takes_too_long_gives_an_error_box_instead_of_a_crash(monkeypatch):
+    monkeypatch.setattr(graphs, "DOT_COMMAND", ("sleep", "10"))
+    monkeypatch.setattr(graphs, "DOT_TIMEOUT_S", 0.2)
+
+    svg = plan_svg(Plan(pk=1), price_plan())
+
+    assert "plan-graph-error" in svg
+    assert "took longer than 0.2 s" in svg
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="util-linux prlimit is not installed")
+def test_dot_runs_under_a_memory_limit(monkeypatch):
+    monkeypatch.setattr(graphs, "DOT_MEMORY_BYTES", 1024 * 1024)
+
+    svg = plan_svg(Plan(pk=1), price_plan())
+
+    assert "plan-graph-error" in svg
+    assert "graphviz failed" in svg
+
+
+def test_missing_graphviz_gives_an_error_box(monkeypatch):
+    monkeypatch.setattr(graphs, "DOT_COMMAND", ("no-such-dot-program", "-Tsvg"))
+
+    svg = plan_svg(Plan(pk=1), price_plan())
+
+    assert "graphviz is not installed" in svg
+
+
+def test_a_plan_too_large_to_draw_gets_an_error_box_without_running_dot(dot_calls):
+    steps = [step(i) for i in range(1, graphs.MAX_STEPS_DRAWN + 2)]
+
+    svg = plan_svg(Plan(pk=1), steps)
+
+    assert "plan-graph-error" in svg
+    assert not dot_calls
+
+
+def test_error_boxes_escape_their_message():
+    svg = error_svg(f"graphviz failed: {SCRIPT} {IMG}")
+    root = parse(svg)
+
+    assert "<script" not in svg and "<img" not in svg
+    assert SCRIPT in "".join(root.itertext())
+
+
+def test_the_sanitiser_keeps_drawing_and_drops_everything_that_can_run_or_link():
+    hostile = (
+        '<?xml version="1.0"?>\n'
+        '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+        'onload="alert(1)">'
+        "<script>alert(1)</script>"
+        '<g id="step-1" class="node" onclick="alert(1)" style="fill:url(javascript:alert(1))">'
+        '<a xlink:href="javascript:alert(1)"><text>link</text></a>'
+        '<polygon points="0,0 1,1" fill="red" onmouseover="alert(1)"/>'
+        '<set attributeName="onclick" to="alert(1)"/>'
+        '<animate attributeName="href" to="javascript:alert(1)"/>'
+        '<animateTransform attributeName="transform"/>'
+        "<foreignObject><div>html</div></foreignObject>"
+        '<image href="data:image/svg+xml;base64,PHN2Zz4="/>'
+        '<use xlink:href="#x"/>'
+        '<text fill="javascript :alert(1)" x="1">kept</text>'
+        "<style>*{}</style>"
+        "</g></svg>"
+    )
+
+    clean = svg_sanitise(hostile)
+    root = parse(clean)
+
+    tags = {element.tag.rpartition("}")[2] for element in root.iter()}
+    assert tags == {"svg", "g", "polygon", "text"}
+    attributes = {name for element in root.iter() for name in element.attrib}
+    assert not {name for name in attributes if name.startswith("on") or "href" in name}
+    assert "style" not in node(root, 1).attrib
+    kept = root.find(".//svg:text", NS)
+    assert kept.text == "kept" and "fill" not in kept.attrib
+    assert "alert" not in clean and "<?xml" not in clean
+
+
+def test_entities_declared_in_a_document_type_are_never_expanded():
+    entities = '<!DOCTYPE svg [<!ENTITY a "lol"><!ENTITY b "&a;&a;&a;&a;">]>'
+    before = f'{entities}<svg xmlns="http://www.w3.org/2000/svg"><text>&b;</text></svg>'
+    inside = f'<svg xmlns="http://www.w3.org/2000/svg">{entities}<text>&b;</text></svg>'
+
+    # Before the root it is cut off with the prolog, so &b; is unknown; inside it is refused.
+    with pytest.raises(GraphError, match="malformed"):
+        svg_sanitise(before)
+    with pytest.raises(GraphError, match="document type"):
+        svg_sanitise(inside)

@@ -1,0 +1,57 @@
+"""manage.py seed_runs: synthetic runs that look like real ones to every audit page."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from plans.audit import chain_problems
+from plans.models import Approval, ModelCall, Run, Step, ToolCall
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_creates_the_runs_with_plans_calls_and_a_spread_of_outcomes():
+    out = StringIO()
+
+    call_command("seed_runs", "200", "--authors", "3", "--batch", "64", stdout=out)
+
+    assert "Created 200 runs" in out.getvalue()
+    assert Run.objects.count() == 200
+    assert Run.objects.values("goal__author").distinct().count() == 3
+    assert {"completed", "failed", "blocked"} <= set(Run.objects.values_list("status", flat=True))
+    assert Step.objects.exists() and ToolCall.objects.exists() and Approval.objects.exists()
+    completed = Run.objects.filter(status="completed").first()
+    assert completed.model_call_count == ModelCall.objects.filter(run=completed).count() == 2
+    assert completed.duration_ms > 0 and completed.tools_used
+
+
+def test_seeded_runs_have_intact_event_hash_chains():
+    call_command("seed_runs", "20", stdout=StringIO())
+
+    assert [problem for run in Run.objects.all() for problem in chain_problems(run)] == []
+
+
+def test_the_same_seed_gives_the_same_runs_after_the_existing_ones():
+    call_command("seed_runs", "5", "--seed", "7", stdout=StringIO())
+    first = list(Run.objects.order_by("pk").values_list("status", "cost_usd"))
+
+    call_command("seed_runs", "5", "--seed", "7", stdout=StringIO())
+
+    assert list(Run.objects.order_by("pk").values_list("status", "cost_usd"))[5:] == first
+
+
+def test_seeded_runs_render_on_the_list_audit_and_costs_pages(client, operator):
+    call_command("seed_runs", "30", stdout=StringIO())
+    client.force_login(operator)
+    run = Run.objects.filter(status="blocked").first() or Run.objects.first()
+
+    assert client.get(reverse("plans:run_list")).status_code == 200
+    assert client.get(reverse("plans:run_audit", args=[run.pk])).status_code == 200
+    assert client.get(reverse("plans:costs")).status_code == 200
+
+
+def test_it_refuses_a_count_below_one():
+    with pytest.raises(CommandError, match="positive"):
+        call_command("seed_runs", "0", stdout=StringIO())
