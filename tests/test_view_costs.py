@@ -248,3 +248,24 @@ def test_the_report_is_reused_for_a_minute_and_says_how_old_it_is(client, author
 
     assert len(second) < len(first) - 5  # only the session and the user, not the report
     assert "As of <time" in page and "$0.250000" in again
+
+
+@pytest.mark.django_db
+def test_the_health_page_shows_each_tools_circuit_breaker_state(client, operator):
+    from django.utils import timezone
+
+    from plans.models import CircuitBreaker
+
+    CircuitBreaker.objects.create(
+        tool="flight_price",
+        state="open",
+        consecutive_failures=5,
+        opened_at=timezone.now(),
+        last_error="<script>alert(1)</script>",
+    )
+    client.force_login(operator)
+
+    page = client.get("/costs/").content.decode()
+
+    assert "flight_price" in page and "breaker-open" in page
+    assert "<script>alert(1)</script>" not in page

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from plans.circuits import circuit_states
 from plans.reports import COST_WINDOWS, DEFAULT_COST_WINDOW, cost_report
 
 # The report scans a month of calls (about 1.5 s at 100,000 runs on SQLite); a minute-old
@@ -27,4 +28,5 @@ def costs(request: HttpRequest) -> HttpResponse:
         lambda: cost_report(days=window),
         REPORT_CACHE_SECONDS,
     )
-    return render(request, "plans/costs.html", {"report": report, "windows": COST_WINDOWS})
+    context = {"report": report, "windows": COST_WINDOWS, "breakers": circuit_states()}
+    return render(request, "plans/costs.html", context)
