@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/<int:run_id>/graph.svg", runs.run_graph_svg, name="run_graph_svg"),
     path("runs/<int:run_id>/steps/<int:step_id>/", goals.step_detail, name="step_detail"),
     path("runs/<int:run_id>/cancel/", goals.run_cancel_view, name="run_cancel"),
+    path("runs/<int:run_id>/plan/decide/", goals.plan_decide_view, name="plan_decide"),
     path("runs/<int:run_id>/events/", goals.run_events, name="run_events"),
     path("runs/<int:run_id>/audit/", runs.run_audit, name="run_audit"),
     path("runs/<int:run_id>/export.json", runs.run_export, name="run_export"),

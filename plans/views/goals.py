@@ -20,6 +20,7 @@ from plans.graphs import STATUS_COLOURS, plan_svg
 from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Plan, Run, RunEvent, Step
 from plans.roles import may_see_run, may_submit_goals
+from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 
@@ -44,7 +45,11 @@ def new_goal(request: HttpRequest) -> HttpResponse:
             error, status = NOT_AN_AUTHOR, 403
         else:
             try:
-                run = run_create(author=request.user, goal_text=goal_text)
+                run = run_create(
+                    author=request.user,
+                    goal_text=goal_text,
+                    require_plan_approval=request.POST.get("require_plan_approval") == "1",
+                )
             except GoalRejected as rejected:
                 error, status = str(rejected), 422
             else:
@@ -53,6 +58,7 @@ def new_goal(request: HttpRequest) -> HttpResponse:
                 return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     context = {
         "goal_text": goal_text,
+        "require_plan_approval": request.POST.get("require_plan_approval") == "1",
         "error": error,
         "may_submit": may_submit,
         "not_an_author": NOT_AN_AUTHOR,
@@ -92,6 +98,33 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = run_cancel(run=run, user=request.user)
     if request.htmx:
         return render(request, "plans/run_detail.html#run_header", {"run": run})
+    return redirect("plans:run_detail", run_id=run.pk)
+
+
+@require_POST
+def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A reviewer approves or rejects the whole plan (the plan-approval policy)."""
+    run = _visible_run(request, run_id)
+    plan = plan_current(run)
+    if plan is None:
+        raise Http404("This run has no plan to decide on.")
+    status, error = 200, ""
+    try:
+        plan_decide(
+            plan=plan,
+            reviewer=request.user,
+            approve=request.POST.get("decision") == "approve",
+            reason=request.POST.get("reason", ""),
+        )
+    except ApprovalRefused as refused:
+        status, error = 409, str(refused)
+    run.refresh_from_db()
+    if request.htmx:
+        context = {"run": run, "plan_error": error}
+        return render(request, "plans/run_detail.html#run_header", context, status=status)
+    if error:
+        context = {**run_page_context(run), "plan_error": error}
+        return render(request, "plans/run_detail.html", context, status=status)
     return redirect("plans:run_detail", run_id=run.pk)
 
 
