@@ -20,6 +20,7 @@ from plans.audit import chain_problems
 from plans.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
 from plans.graphs import STATUS_COLOURS
 from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall
+from plans.plan_diff import PlanDiff, plan_diff, reused_results
 
 # --- who sees what ---------------------------------------------------------------------------
 
@@ -105,6 +106,8 @@ def _start_of_day(day: date) -> datetime:
 class PlanVersion:
     plan: Plan
     steps: list[Step]
+    # Set by run_audit_get for a replan: how this version differs from the one it replaced.
+    diff: PlanDiff | None = None
 
 
 @dataclass
@@ -145,12 +148,28 @@ def run_audit_get(*, run: Run, now: datetime | None = None) -> RunAudit:
     records = run_records_get(run=run)
     spans = run_timeline(records, now=now or timezone.now())
     audit = RunAudit(**vars(records), chain_problems=chain_problems(run))
+    _compare_versions(records)
     if spans:
         # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
         audit.timeline_svg = mark_safe(  # noqa: S308
             gantt_svg(spans, title=f"Timeline of the steps of run {run.pk}")
         )
     return audit
+
+
+def _compare_versions(records: RunRecords) -> None:
+    """Give every version after the first a diff against its parent (else the one before it)."""
+    by_pk = {version.plan.pk: version for version in records.versions}
+    reused = reused_results(records.events)
+    for previous, version in zip(records.versions, records.versions[1:], strict=False):
+        base = by_pk.get(version.plan.parent_id, previous)
+        version.diff = PlanDiff(
+            old_version=base.plan.version,
+            new_version=version.plan.version,
+            changes=plan_diff(
+                base.steps, version.steps, reused_from=reused.get(version.plan.version)
+            ),
+        )
 
 
 def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:

@@ -6,13 +6,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from django.core.cache import cache
+from django.db import transaction
 from django.urls import reverse
 from django.utils.timezone import now
 
 from plans.engine import args_sha256
+from plans.events import append_events
 from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL
-from plans.models import Approval, Run
+from plans.models import Approval, Plan, Run, Step
 from plans.services.approvals import approval_decide
 from plans.services.plans import plan_check, plan_store
 from plans.services.runs import run_create
@@ -390,3 +392,55 @@ def test_hostile_text_in_the_graph_is_drawn_as_text(client, author, hostile_run)
     assert "onerror=alert(1)" in labels["step-2"]
     assert r'text="\"]; x [label=\""' in labels["step-3"]  # as JSON: quotes escaped
     assert r"line one\nline two {braces} }" in labels["step-4"]
+
+
+# --- what a replan changed -----------------------------------------------------------------
+
+
+def test_a_replan_marks_each_step_as_added_removed_changed_or_unchanged_and_reused(client, author):
+    run = run_create(author=author, goal_text=PRICE_GOAL, plan_data=PRICE_PLAN)
+    first = run.plans.get(version=1)
+    second = Plan.objects.create(
+        run=run, version=2, parent=first, source="replan", raw_output="{}", is_valid=True
+    )
+    Step.objects.bulk_create(
+        [
+            Step(plan=second, step_id=1, tool="price", args={"item": "iPhone 16"}, round=1),
+            Step(plan=second, step_id=2, tool="price", args={"item": "AirPods Pro"}, round=1),
+            Step(plan=second, step_id=4, tool="search", args={"query": "INR rate"}, round=1),
+        ]
+    )
+    with transaction.atomic():
+        append_events(
+            run.pk,
+            [
+                ("plan_created", {"version": 2, "source": "replan"}),
+                (
+                    "step_finished",
+                    {
+                        "step": 1,
+                        "tool": "price",
+                        "status": "succeeded",
+                        "result": 79900,
+                        "reused_from": "plan v1 step 1",
+                    },
+                ),
+            ],
+        )
+    client.force_login(author)
+
+    diff = re.search(
+        r'<div class="plan-diff" id="plan-diff-2">.*?</table>', audit_page(client, run), re.S
+    )
+
+    assert diff, "version 2 has no list of changes"
+    html = diff.group(0)
+    assert "Changes from version 1" in html
+    assert "1 added · 1 removed · 1 changed · 1 unchanged" in html
+    rows = dict(re.findall(r'<tr id="diff-2-step-(\d+)" class="diff-(\w+)">', html))
+    assert rows == {"1": "unchanged", "2": "changed", "3": "removed", "4": "added"}
+    assert "result reused from plan v1 step 1" in html
+    changed = re.search(r'<tr id="diff-2-step-2".*?</tr>', html, re.S).group(0)
+    assert "&quot;AirPods 4&quot;" in changed and "&quot;AirPods Pro&quot;" in changed
+    assert "<del" in changed and "<ins" in changed
+    assert "plan-diff-1" not in audit_page(client, run)  # the first version has nothing to compare

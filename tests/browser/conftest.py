@@ -63,6 +63,7 @@ def pytest_runtest_makereport(item, call):
 
 OUTCOMES = pytest.StashKey[dict]()
 SERVER_LOG = pytest.StashKey[Path]()
+SERVER_ENV = pytest.StashKey[dict]()
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,10 @@ def daphne_server(tmp_path_factory, request):
         AGENTSITE_TASKS_BACKEND="django_tasks_db.DatabaseBackend",
         DJANGO_SETTINGS_MODULE="tests.browser.strict_csp_settings",
         PYTHONUNBUFFERED="1",
+        # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
+        AGENTSITE_TOOL_MODULES="tests.support_tools",
     )
+    request.config.stash[SERVER_ENV] = env
     log_path = var_dir / "server.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
@@ -106,6 +110,24 @@ def daphne_server(tmp_path_factory, request):
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+
+
+@pytest.fixture
+def manage(daphne_server, request):
+    """manage("run_goal", ...) runs a management command against the live server's database."""
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(  # noqa: S603 - our own interpreter and manage.py
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env={**request.config.stash[SERVER_ENV], **env},
+            capture_output=True,
+            text=True,
+            timeout=EVENTUALLY_MS / 1000,
+            check=False,
+        )
+
+    return run
 
 
 # Per module, not per session: Playwright's sync API keeps an event loop running in this thread,

@@ -1,0 +1,116 @@
+"""What a replan changed: each step id of two plan versions as added, removed, changed or kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class PlannedStep(Protocol):
+    step_id: int
+    tool: str
+    args: Any
+
+
+class RecordedEvent(Protocol):
+    kind: str
+    payload: Any
+
+
+ADDED = "added"
+REMOVED = "removed"
+CHANGED = "changed"
+UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """One step id across two versions; old_* is None when added, new_* None when removed."""
+
+    step_id: int
+    change: str
+    old_tool: str | None = None
+    new_tool: str | None = None
+    old_args: Any = None
+    new_args: Any = None
+    reused_from: str = ""
+
+    @property
+    def tool_changed(self) -> bool:
+        return self.change == CHANGED and self.old_tool != self.new_tool
+
+    @property
+    def args_changed(self) -> bool:
+        return self.change == CHANGED and self.old_args != self.new_args
+
+
+@dataclass(frozen=True)
+class PlanDiff:
+    old_version: int
+    new_version: int
+    changes: list[StepChange]
+
+    def count(self, change: str) -> int:
+        return sum(1 for step in self.changes if step.change == change)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        return {kind: self.count(kind) for kind in (ADDED, REMOVED, CHANGED, UNCHANGED)}
+
+    @property
+    def summary_text(self) -> str:
+        return " · ".join(f"{count} {kind}" for kind, count in self.summary.items() if count)
+
+
+def plan_diff(
+    old_steps: Iterable[PlannedStep],
+    new_steps: Iterable[PlannedStep],
+    *,
+    reused_from: Mapping[int, str] | None = None,
+) -> list[StepChange]:
+    """Every step id of either version, in id order, with how the new version differs."""
+    old = {step.step_id: step for step in old_steps}
+    new = {step.step_id: step for step in new_steps}
+    reused_from = reused_from or {}
+    changes = []
+    for step_id in sorted(old.keys() | new.keys()):
+        before, after = old.get(step_id), new.get(step_id)
+        if before is None:
+            change = ADDED
+        elif after is None:
+            change = REMOVED
+        elif before.tool != after.tool or before.args != after.args:
+            change = CHANGED
+        else:
+            change = UNCHANGED
+        changes.append(
+            StepChange(
+                step_id=step_id,
+                change=change,
+                old_tool=before.tool if before else None,
+                new_tool=after.tool if after else None,
+                old_args=before.args if before else None,
+                new_args=after.args if after else None,
+                reused_from=reused_from.get(step_id, "") if after else "",
+            )
+        )
+    return changes
+
+
+def reused_results(events: Iterable[RecordedEvent]) -> dict[int, dict[int, str]]:
+    """{plan version: {step id: where its result came from}} from the run's events, in seq order."""
+    reused: dict[int, dict[int, str]] = {}
+    version = None
+    for event in events:
+        if event.kind == "plan_created":
+            version = event.payload.get("version")
+        # A step_finished belongs to the most recent plan version created before it.
+        elif (
+            event.kind == "step_finished"
+            and event.payload.get("reused_from")
+            and version is not None
+        ):
+            step_id = event.payload.get("step")
+            reused.setdefault(version, {})[step_id] = str(event.payload["reused_from"])
+    return reused
