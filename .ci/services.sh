@@ -1,6 +1,10 @@
 # PostgreSQL and Redis on loopback for the tests that need real servers. Sourced by ./dev test.
-PG_PORT=${AGENTSITE_TEST_PG_PORT:-54329}
-REDIS_PORT=${AGENTSITE_TEST_REDIS_PORT:-63799}
+free_port() {
+  # A port nothing listens on now, so two runs on one machine do not collide.
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+PG_PORT=${AGENTSITE_TEST_PG_PORT:-$(free_port)}
+REDIS_PORT=${AGENTSITE_TEST_REDIS_PORT:-$(free_port)}
 SERVICES_DIR=""
 
 services_start() {
@@ -14,7 +18,7 @@ services_start() {
   [ "$(id -u)" = 0 ] && chown postgres "$SERVICES_DIR" "$SERVICES_DIR/pg"
   "${run_as[@]}" "$pg_bin/initdb" -D "$SERVICES_DIR/pg" -U postgres -A trust --no-sync >/dev/null
   "${run_as[@]}" "$pg_bin/pg_ctl" -D "$SERVICES_DIR/pg" -l "$SERVICES_DIR/pg.log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $SERVICES_DIR/pg -c fsync=off -c max_connections=200" start >/dev/null
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $SERVICES_DIR/pg -c fsync=off -c max_connections=300" start >/dev/null
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
     --daemonize yes --pidfile "$SERVICES_DIR/redis.pid" --logfile "$SERVICES_DIR/redis.log"
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENTSITE_VAR_DIR", BASE_DIR / "var"))
@@ -35,6 +36,15 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("AGENTSITE_SECRET_KEY must be set when AGENTSITE_DEBUG is off")
     SECRET_KEY = "django-insecure-embedded-default-only"  # noqa: S105
+# Production (AGENTSITE_DEBUG=0) assumes HTTPS in front: secure cookies, HSTS, redirects.
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("AGENTSITE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("AGENTSITE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("AGENTSITE_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 ALLOWED_HOSTS = env_list(
     "AGENTSITE_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"]
 )
@@ -56,6 +66,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -66,6 +77,20 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+
+# Every page: scripts only from this site and with the page's nonce; no inline style, no
+# eval, no framing; websockets to this site only.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 
 ROOT_URLCONF = "agentsite.urls"
 ASGI_APPLICATION = "agentsite.asgi.application"
@@ -82,6 +107,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "plans.context_processors.pending_approvals",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -105,6 +131,12 @@ if DATABASE_URL:
             "HOST": _url.hostname or "",
             "PORT": str(_url.port or ""),
             "CONN_MAX_AGE": 0,
+            "OPTIONS": {
+                # A stalled process (paused, partitioned) must not hold row locks or the
+                # sweeper's lock longer than a run lease: the server ends its session.
+                "options": "-c idle_in_transaction_session_timeout="
+                + str(int(float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15")) * 1000)),
+            },
         }
     }
 else:
@@ -134,7 +166,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {
+                # redis-py 8 times reads out after 5 s by default, as long as channels-redis
+                # blocks waiting for a message: an idle websocket would fail (redis-py #4091).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "capacity": 1000,
+                "expiry": 60,
+            },
         }
     }
 else:
@@ -162,12 +200,16 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("AGENTSITE_STATIC_ROOT", VAR_DIR / "staticfiles"))
 
 MAILERS = {
     "default": {
         "BACKEND": os.environ.get(
-            "AGENTSITE_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend"
+            "AGENTSITE_EMAIL_BACKEND",
+            # Demo emails stay in memory by default; production sends through SMTP.
+            "django.core.mail.backends.locmem.EmailBackend"
+            if DEBUG
+            else "django.core.mail.backends.smtp.EmailBackend",
         ),
     }
 }

@@ -31,6 +31,11 @@ def run_group(run_id: int) -> str:
     return f"run-{run_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every socket a user has open, so logging out can close them all."""
+    return f"user-{user_id}"
+
+
 def append_events(
     run_id: int,
     entries: Iterable[tuple[str, Mapping[str, Any]]],
@@ -40,13 +45,13 @@ def append_events(
 ) -> tuple[list[dict[str, Any]], bool]:
     """Append events (and optional run field updates) inside the caller's transaction.
 
-    With a lease token the write is fenced: if another worker took the lease, LeaseLost is raised.
-    Returns the events as published, and whether cancellation was requested for the run.
+    With a lease token the write is fenced: if the lease expired or another worker took it,
+    LeaseLost is raised. Returns the events as published, and whether cancellation was requested.
     """
     entries = list(entries)
     fence = Run.objects.filter(pk=run_id)
     if lease_token is not None:
-        fence = fence.filter(lease_token=lease_token)
+        fence = fence.filter(lease_token=lease_token, lease_expires_at__gt=timezone.now())
     # The UPDATE locks the run row, so concurrent writers allocate disjoint seq ranges.
     updated = fence.update(last_seq=F("last_seq") + len(entries), **(run_fields or {}))
     if updated != 1:
@@ -64,7 +69,7 @@ def append_events(
     rows = []
     for i, (kind, payload) in enumerate(entries):
         row = {"run_id": run_id, "seq": first + i, "kind": kind, "payload": redact(dict(payload))}
-        row.update(at=now, prev_hash=prev_hash)
+        row.update(at=now, prev_hash=prev_hash, lease_token=lease_token)
         row["hash"] = prev_hash = event_hash(
             run_id=run_id,
             seq=row["seq"],

@@ -176,7 +176,9 @@ class RunAdvancer:
         if run.status != Run.Status.RUNNING:
             self._set_status(Run.Status.RUNNING)
         while True:
-            if self._needs_plan_approval(plan_row):
+            cancelled = self.recorder.cancel_requested or run.cancel_requested
+            # A cancelled run skips its steps below rather than waiting for its plan's approval.
+            if not cancelled and self._needs_plan_approval(plan_row):
                 if plan_row.decision == "rejected":
                     self.run.error = f"a reviewer rejected plan v{plan_row.version}: " + (
                         plan_row.decision_reason
@@ -468,11 +470,19 @@ class StepsExecution:
         pool = self.pool
         last_poll = time.monotonic()
         while True:
+            if self.lease.lost.is_set():
+                # Its heartbeat found the lease expired or taken: stop starting anything now.
+                raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} was lost")
             cancelled = self.recorder.cancel_requested or self.run.cancel_requested
             if not cancelled:
                 self._retry_due(pool)
                 room = self.run.max_parallel_steps - len(self.inflight)
-                for step_id in self.scheduler.take_ready(limit=max(room, 0)):
+                ready = self.scheduler.take_ready(limit=max(room, 0))
+                if ready and self._cancel_recorded():
+                    for step_id in ready:
+                        self.scheduler.release(step_id)
+                    continue
+                for step_id in ready:
                     self._launch(step_id, pool)
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
@@ -628,10 +638,21 @@ class StepsExecution:
     def _apply_decisions(self, pool: ThreadPoolExecutor) -> bool:
         """Launch or block the steps whose approvals were decided; True if there were any."""
         decided = self._decided()
+        if decided and self._cancel_recorded():
+            return True  # the loop sees the cancel and launches nothing
         for step_id in decided:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
         return bool(decided)
+
+    def _cancel_recorded(self) -> bool:
+        """Read now, not at the last commit: no step may start once a cancel is recorded."""
+        if not self.run.cancel_requested:
+            # Raw SQL: on the launch path the ORM's query building costs ten times the read.
+            with connection.cursor() as cursor:
+                cursor.execute(_CANCEL_REQUESTED_SQL, [self.run.pk])
+                self.run.cancel_requested = bool(cursor.fetchone()[0])
+        return self.run.cancel_requested
 
     def _park(self) -> bool:
         """Release the run while it waits for reviewers; False if a decision raced in."""
@@ -640,7 +661,7 @@ class StepsExecution:
             with transaction.atomic():
                 # The fenced update locks the run row: a reviewer's decision either committed
                 # before it (and is seen below) or waits and then finds the run parked.
-                append_events(
+                _, cancel_requested = append_events(
                     self.run.pk,
                     [("run_parked", {"awaiting": sorted(self.awaiting)})],
                     lease_token=self.lease.token,
@@ -650,6 +671,9 @@ class StepsExecution:
                         "lease_expires_at": None,
                     },
                 )
+                if cancel_requested:
+                    self.run.cancel_requested = True  # end the run instead of parking it
+                    raise _DecisionRaced
                 if self._decided():
                     raise _DecisionRaced
         except _DecisionRaced:
@@ -774,9 +798,9 @@ class StepsExecution:
         self._finish_step(step, Outcome.FAILED, error=error)
 
     def _wait_timeout(self) -> float | None:
-        """Until the next deadline, decision poll or group commit, whichever is first."""
+        """Until the next deadline, decision poll, group commit or lease check, the first."""
         now = time.monotonic()
-        candidates = []
+        candidates = [self.lease.seconds / 3]
         if self.deadlines:
             candidates.append(self.deadlines[0][0] - now)
         if self.retries:
@@ -786,7 +810,7 @@ class StepsExecution:
         flush_in = self.recorder.flush_due_in()
         if flush_in is not None:
             candidates.append(flush_in)
-        return max(0.0, min(candidates)) if candidates else None
+        return max(0.0, min(candidates))
 
     def _finish_step(
         self,
@@ -864,6 +888,9 @@ class StepsExecution:
 
 class _DecisionRaced(Exception):
     pass
+
+
+_CANCEL_REQUESTED_SQL = f"SELECT cancel_requested FROM {Run._meta.db_table} WHERE id = %s"  # noqa: S608
 
 
 def _outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:

@@ -1,7 +1,16 @@
-"""The run lease: one worker advances a run at a time, and a worker that lost it cannot write."""
+"""The run lease: one worker advances a run at a time, and a worker that lost it cannot write.
+
+A lease is valid until its expiry. The holder extends it by heartbeat (every third of the lease)
+and with every batch it commits; every write is fenced on the token and the expiry (see
+plans.events.append_events), so a worker paused past its lease writes nothing more, even if no
+other worker has taken the run yet.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -14,8 +23,10 @@ from django.utils import timezone
 
 from plans.models import Run
 
+logger = logging.getLogger(__name__)
 
-@dataclass
+
+@dataclass(eq=False)
 class Lease:
     run_id: int
     token: uuid.UUID
@@ -26,6 +37,11 @@ class Lease:
 
 def lease_seconds() -> float:
     return float(settings.AGENTSITE_LEASE_SECONDS)
+
+
+def lease_holder() -> str:
+    """Who is taking a lease: host, process and thread (a worker thread is named by its id)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
 def lease_acquire(run_id: int, *, seconds: float | None = None) -> Lease | None:
@@ -39,16 +55,23 @@ def lease_acquire(run_id: int, *, seconds: float | None = None) -> Lease | None:
         .filter(Q(lease_token__isnull=True) | Q(lease_expires_at__lt=now))
         .update(lease_token=token, lease_expires_at=now + timedelta(seconds=seconds))
     )
-    return Lease(run_id, token, seconds) if taken == 1 else None
+    if taken != 1:
+        return None
+    # Events carry the token they were written under; this line says whose it is.
+    logger.debug("run %s: lease %s taken by %s", run_id, token, lease_holder())
+    return Lease(run_id, token, seconds)
 
 
 def lease_renew(lease: Lease) -> bool:
-    """Extend the lease; False (and lease.lost set) when it was taken over."""
-    renewed = Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=lease.seconds)
-    )
+    """Extend an unexpired lease; False (and lease.lost set) once it expired or was taken."""
+    now = timezone.now()
+    renewed = Run.objects.filter(
+        pk=lease.run_id, lease_token=lease.token, lease_expires_at__gt=now
+    ).update(lease_expires_at=now + timedelta(seconds=lease.seconds))
     if renewed != 1:
         lease.lost.set()
+        if not lease.released:
+            logger.warning("run %s: lease %s expired or was taken over", lease.run_id, lease.token)
     return renewed == 1
 
 
@@ -56,6 +79,31 @@ def lease_release(lease: Lease) -> None:
     Run.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
         lease_token=None, lease_expires_at=None
     )
+    lease.released = True
+
+
+# Leases this process is renewing, so a worker shutting down can hand them over at once.
+_held: dict[uuid.UUID, Lease] = {}
+_held_lock = threading.Lock()
+
+
+def leases_held() -> list[Lease]:
+    with _held_lock:
+        return list(_held.values())
+
+
+def leases_hand_over() -> list[int]:
+    """Expire every lease this process holds now, so other workers need not wait them out."""
+    handed = []
+    now = timezone.now()
+    for lease in leases_held():
+        lease.lost.set()
+        expired = Run.objects.filter(
+            pk=lease.run_id, lease_token=lease.token, lease_expires_at__gt=now
+        ).update(lease_expires_at=now)
+        if expired:
+            handed.append(lease.run_id)
+    return handed
 
 
 class Heartbeat:
@@ -69,16 +117,22 @@ class Heartbeat:
         )
 
     def __enter__(self) -> Heartbeat:
+        with _held_lock:
+            _held[self.lease.token] = self.lease
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        with _held_lock:
+            _held.pop(self.lease.token, None)
 
     def _beat(self) -> None:
         try:
             while not self._stop.wait(self.lease.seconds / 3):
+                if self.lease.released or self.lease.lost.is_set():
+                    return
                 if not lease_renew(self.lease):
                     return
         finally:

@@ -284,6 +284,8 @@ class RunEvent(models.Model):
     # Tamper evidence: each event's hash covers its content and its predecessor's hash.
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64, blank=True)
+    # The run lease its writer held (a worker's log names the holder); empty for services.
+    lease_token = models.UUIDField(null=True, blank=True)
 
     class Meta:
         constraints = [

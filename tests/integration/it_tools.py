@@ -1,0 +1,62 @@
+"""Tools for the worker, sweeper, cancel and scale-out tests: steps that wait for a gate.
+
+A gate is a file in $AGENTSITE_IT_GATES; a step waiting on it finishes once the test (any
+process) creates it, so a test decides exactly which steps are in flight when it strikes.
+"""
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from plans.tools import tool
+
+GATE_POLL_S = 0.02
+
+
+def gates_dir() -> Path:
+    return Path(os.environ.get("AGENTSITE_IT_GATES") or Path(tempfile.gettempdir(), "it-gates"))
+
+
+def gate_open(name: str) -> None:
+    gates_dir().mkdir(parents=True, exist_ok=True)
+    (gates_dir() / name).touch()
+
+
+def _wait_for(gate: str) -> None:
+    path = gates_dir() / gate
+    while not path.exists():
+        time.sleep(GATE_POLL_S)
+
+
+@tool(timeout_s=600)
+def hold(label: str, gate: str) -> str:
+    """Wait until the gate opens, then return the label."""
+    _wait_for(gate)
+    return label
+
+
+@tool(destructive=True, timeout_s=600)
+def charge(account: str, amount: int, gate: str, idempotency_key: str) -> dict:
+    """Charge an account once per key (the ledger), then wait for the gate before answering."""
+    from plans.models import LedgerEntry
+
+    entry, _ = LedgerEntry.objects.get_or_create(
+        idempotency_key=idempotency_key,
+        defaults={"kind": "it_charge", "details": {"account": account, "amount": amount}},
+    )
+    _wait_for(gate)
+    return {"charged": amount, "entry": entry.pk}
+
+
+@tool
+def pause(seconds: float, label: str) -> str:
+    """Sleep, then return the label."""
+    time.sleep(seconds)
+    return label
+
+
+@tool
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text

@@ -1,0 +1,162 @@
+"""Cancelling a run (service and CLI): nothing new starts, what is in flight finishes."""
+
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from plans.execution import advance_run
+from plans.models import LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.services.runs import run_cancel, run_create
+from tests.integration.it_tools import gate_open
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def gated_tools(settings, tmp_path, monkeypatch):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+    monkeypatch.setenv("AGENTSITE_IT_GATES", str(tmp_path))
+    gate_open("open")
+
+
+def create(author, steps):
+    return run_create(author=author, goal_text="cancel test", plan_data={"steps": steps})
+
+
+def charge_step(step_id, depends_on=()):
+    args = {"account": f"acct-{step_id}", "amount": 5, "gate": "open"}
+    return {"id": step_id, "tool": "charge", "args": args, "depends_on": list(depends_on)}
+
+
+def steps_of(run):
+    return {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+
+
+def advancing(run):
+    thread = threading.Thread(target=advance_run, args=(run.pk,))
+    thread.start()
+    return thread
+
+
+def test_no_step_starts_after_the_cancel_is_recorded_and_the_one_in_flight_finishes(author):
+    run = create(
+        author,
+        [
+            {"id": 1, "tool": "hold", "args": {"label": "in flight", "gate": "g"}},
+            {"id": 2, "tool": "echo", "args": {"text": "{{1}}"}, "depends_on": [1]},
+            {"id": 3, "tool": "echo", "args": {"text": "{{2}}"}, "depends_on": [2]},
+        ],
+    )
+    worker = advancing(run)
+    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+
+    run_cancel(run=run, user=author)
+    gate_open("g")
+    worker.join(timeout=30)
+
+    run.refresh_from_db()
+    steps = steps_of(run)
+    assert run.status == Run.Status.CANCELLED
+    assert steps[1].status == Step.Status.SUCCEEDED and steps[1].result == "in flight"
+    assert ToolCall.objects.filter(step=steps[1]).count() == 1
+    assert [steps[2].status, steps[3].status] == [Step.Status.SKIPPED, Step.Status.SKIPPED]
+    cancel = RunEvent.objects.get(run=run, kind="cancel_requested")
+    started = RunEvent.objects.filter(run=run, kind="step_started")
+    assert [e.payload["step"] for e in started] == [1]
+    assert all(e.seq < cancel.seq for e in started)
+    assert RunEvent.objects.filter(run=run).last().payload == {"status": "cancelled"}
+
+
+def test_a_run_cancelled_while_it_waits_for_a_reviewer_ends_without_the_side_effect(author):
+    run = create(author, [charge_step(1)])
+    assert advance_run(run.pk) == Run.Status.AWAITING_APPROVAL
+
+    run = run_cancel(run=run, user=author)  # tasks run inline: its continuation ends it
+
+    assert run.status == Run.Status.CANCELLED
+    assert steps_of(run)[1].status == Step.Status.SKIPPED
+    assert not LedgerEntry.objects.exists()
+
+
+def test_a_cancel_that_comes_as_the_run_is_about_to_park_ends_it_instead(author):
+    run = create(
+        author,
+        [
+            {"id": 1, "tool": "hold", "args": {"label": "in flight", "gate": "g"}},
+            charge_step(2),
+        ],
+    )
+    worker = advancing(run)
+    wait_until(lambda: steps_of(run)[2].status == Step.Status.AWAITING_APPROVAL)
+    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+
+    run_cancel(run=run, user=author)  # the run holds its lease: nothing is queued
+    gate_open("g")
+    worker.join(timeout=30)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert steps_of(run)[1].status == Step.Status.SUCCEEDED
+    assert steps_of(run)[2].status == Step.Status.SKIPPED
+    assert not RunEvent.objects.filter(run=run, kind="run_parked").exists()
+
+
+def test_a_run_waiting_for_its_plan_to_be_approved_can_be_cancelled(author, settings):
+    settings.AGENTSITE_REQUIRE_PLAN_APPROVAL = True
+    run = create(author, [{"id": 1, "tool": "echo", "args": {"text": "never"}}])
+    assert advance_run(run.pk) == Run.Status.AWAITING_PLAN_APPROVAL
+
+    run = run_cancel(run=run, user=author)
+
+    assert run.status == Run.Status.CANCELLED
+    assert steps_of(run)[1].status == Step.Status.SKIPPED
+    assert not ToolCall.objects.exists()
+
+
+def test_the_command_cancels_a_run_and_says_so(author):
+    run = create(author, [charge_step(1)])
+    advance_run(run.pk)
+    out = StringIO()
+
+    call_command("cancel_run", str(run.pk), "--wait", "10", stdout=out)
+
+    assert f"run {run.pk}: cancel requested" in out.getvalue()
+    assert f"run {run.pk} ended: cancelled" in out.getvalue()
+    cancel = RunEvent.objects.get(run=run, kind="cancel_requested")
+    assert cancel.payload == {"by": "cli"}
+
+
+def test_the_command_records_who_cancelled(author):
+    run = create(author, [charge_step(1)])
+    advance_run(run.pk)
+
+    call_command("cancel_run", str(run.pk), "--by", author.username, stdout=StringIO())
+
+    cancel = RunEvent.objects.get(run=run, kind="cancel_requested")
+    assert cancel.payload == {"by": author.username}
+
+
+def test_the_command_leaves_a_finished_run_as_it_ended(author):
+    run = create(author, [{"id": 1, "tool": "echo", "args": {"text": "done"}}])
+    advance_run(run.pk)
+    out = StringIO()
+
+    call_command("cancel_run", str(run.pk), stdout=out)
+
+    assert out.getvalue().strip() == f"run {run.pk} already ended: completed"
+    assert not RunEvent.objects.filter(run=run, kind="cancel_requested").exists()
+
+
+def test_the_command_names_a_run_that_does_not_exist():
+    with pytest.raises(CommandError, match="There is no run 424242"):
+        call_command("cancel_run", "424242")
+
+
+def test_the_command_names_a_user_that_does_not_exist(author):
+    run = create(author, [charge_step(1)])
+
+    with pytest.raises(CommandError, match="There is no user 'nobody'"):
+        call_command("cancel_run", str(run.pk), "--by", "nobody")

@@ -1,0 +1,164 @@
+"""Run leases: one worker at a time, renewed by heartbeat, and fencing every write."""
+
+import logging
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from plans.events import LeaseLost, append_events
+from plans.leases import (
+    Heartbeat,
+    lease_acquire,
+    lease_release,
+    lease_renew,
+    leases_hand_over,
+)
+from plans.models import Run, RunEvent, Step
+from plans.recorder import RunRecorder
+from plans.services.runs import run_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def it_tools(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+
+
+@pytest.fixture
+def run(author):
+    plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": "hi"}}]}
+    return run_create(author=author, goal_text="lease test", plan_data=plan)
+
+
+def expire(run):
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def test_a_run_is_leased_to_one_worker_at_a_time(run):
+    first = lease_acquire(run.pk)
+
+    assert first is not None
+    assert lease_acquire(run.pk) is None
+    assert Run.objects.get(pk=run.pk).lease_token == first.token
+
+
+def test_an_expired_lease_is_taken_by_the_next_worker(run):
+    first = lease_acquire(run.pk)
+    expire(run)
+
+    second = lease_acquire(run.pk)
+
+    assert second is not None and second.token != first.token
+
+
+def test_a_released_lease_is_free_again(run):
+    lease_release(lease_acquire(run.pk))
+
+    assert lease_acquire(run.pk) is not None
+
+
+def test_a_finished_run_is_never_leased(run):
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED)
+
+    assert lease_acquire(run.pk) is None
+
+
+def test_renewing_extends_an_unexpired_lease(run):
+    lease = lease_acquire(run.pk, seconds=5)
+    before = Run.objects.get(pk=run.pk).lease_expires_at
+    time.sleep(0.01)
+
+    assert lease_renew(lease)
+    assert Run.objects.get(pk=run.pk).lease_expires_at > before
+    assert not lease.lost.is_set()
+
+
+def test_a_lease_that_expired_is_lost_even_if_nobody_took_it(run):
+    lease = lease_acquire(run.pk)
+    expire(run)
+
+    assert not lease_renew(lease)
+    assert lease.lost.is_set()
+
+
+def test_a_lease_taken_over_cannot_be_renewed(run):
+    lease = lease_acquire(run.pk)
+    expire(run)
+    lease_acquire(run.pk)
+
+    assert not lease_renew(lease)
+
+
+def test_a_worker_that_lost_its_lease_cannot_write_and_nothing_is_stored(run):
+    lease = lease_acquire(run.pk)
+    recorder = RunRecorder(lease)
+    step = Step.objects.get(plan__run=run, step_id=1)
+    expire(run)
+    lease_acquire(run.pk)  # another worker carries on
+    events_before = RunEvent.objects.filter(run=run).count()
+    last_seq = Run.objects.get(pk=run.pk).last_seq
+
+    step.status = Step.Status.SUCCEEDED
+    step.result = "from the stale worker"
+    recorder.step_changed(step)
+    recorder.event("step_finished", step=1, tool="echo", status="succeeded")
+    with pytest.raises(LeaseLost):
+        recorder.flush(wait=True)
+    recorder.close()
+
+    assert RunEvent.objects.filter(run=run).count() == events_before
+    assert Run.objects.get(pk=run.pk).last_seq == last_seq
+    assert Step.objects.get(pk=step.pk).status == Step.Status.PENDING
+
+
+def test_a_worker_paused_past_its_lease_cannot_write_even_if_nobody_took_it(run):
+    lease = lease_acquire(run.pk)
+    expire(run)
+
+    with pytest.raises(LeaseLost):
+        append_events(run.pk, [("run_status", {"status": "running"})], lease_token=lease.token)
+
+    assert not RunEvent.objects.filter(run=run, kind="run_status").exists()
+
+
+def test_events_carry_the_lease_they_were_written_under(run):
+    lease = lease_acquire(run.pk)
+
+    append_events(run.pk, [("run_status", {"status": "running"})], lease_token=lease.token)
+
+    assert RunEvent.objects.get(run=run, kind="run_status").lease_token == lease.token
+    assert RunEvent.objects.get(run=run, kind="run_created").lease_token is None
+
+
+def test_taking_a_lease_names_its_holder_in_the_log(run, caplog):
+    with caplog.at_level(logging.DEBUG, logger="plans.leases"):
+        lease = lease_acquire(run.pk)
+
+    assert f"run {run.pk}: lease {lease.token} taken by " in caplog.text
+
+
+def test_a_heartbeat_keeps_the_lease_past_its_length(run):
+    lease = lease_acquire(run.pk, seconds=0.3)
+
+    with Heartbeat(lease):
+        time.sleep(0.8)
+        taken_by_another = lease_acquire(run.pk)
+
+    assert taken_by_another is None
+    assert not lease.lost.is_set()
+
+
+def test_handing_over_lets_another_worker_take_the_run_at_once(run):
+    lease = lease_acquire(run.pk, seconds=60)
+
+    with Heartbeat(lease):
+        assert leases_hand_over() == [run.pk]
+        second = lease_acquire(run.pk)
+
+    assert second is not None
+    assert lease.lost.is_set()
+    with pytest.raises(LeaseLost):
+        append_events(run.pk, [("run_status", {"status": "x"})], lease_token=lease.token)
