@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from plans.events import INBOX_GROUP, bind_server_loop, event_message, run_group
+from plans.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.models import Run, RunEvent
 from plans.roles import may_see_run
 from plans.views.approvals import pending_approvals_count
@@ -26,7 +26,25 @@ NOT_SIGNED_IN = 4401
 FORBIDDEN = 4403
 
 
-class RunConsumer(AsyncWebsocketConsumer):
+class SessionBound(AsyncWebsocketConsumer):
+    """A socket that closes when its user logs out (the logout is sent to the user's group)."""
+
+    user_group = ""
+
+    async def follow_session(self, user: Any) -> None:
+        self.user_group = user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        if self.user_group:
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def session_ended(self, message: dict[str, Any]) -> None:
+        """type "session.ended": the user logged out, so this socket may not stay open."""
+        await self.close(code=NOT_SIGNED_IN)
+
+
+class RunConsumer(SessionBound):
     """Sends a run page every event after the seq it names, then follows the run's group.
 
     Exactly once, in order: the group is joined before the log is read, and live events at or
@@ -51,11 +69,13 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.close(code=FORBIDDEN)
             return
         bind_server_loop(asyncio.get_running_loop())
+        await self.follow_session(user)
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.replay(after=_after_from(self.scope))
 
     async def disconnect(self, code: int) -> None:
+        await super().disconnect(code)
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -98,7 +118,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=html)
 
 
-class PendingApprovalsConsumer(AsyncWebsocketConsumer):
+class PendingApprovalsConsumer(SessionBound):
     """Keeps a reviewer's nav badge current: a new count whenever the inbox changes."""
 
     joined = False
@@ -113,11 +133,13 @@ class PendingApprovalsConsumer(AsyncWebsocketConsumer):
             await self.close(code=FORBIDDEN)
             return
         bind_server_loop(asyncio.get_running_loop())
+        await self.follow_session(user)
         await self.channel_layer.group_add(INBOX_GROUP, self.channel_name)
         self.joined = True
         await self.inbox_changed({})  # anything decided while the socket was away
 
     async def disconnect(self, code: int) -> None:
+        await super().disconnect(code)
         if self.joined:
             await self.channel_layer.group_discard(INBOX_GROUP, self.channel_name)
 

@@ -313,3 +313,16 @@ async def test_the_badge_socket_is_for_reviewers_only(client, author):
     socket = await open_socket("/ws/approvals/", session)
 
     assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+
+
+async def test_logging_out_closes_the_users_open_sockets(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+
+    await database_sync_to_async(client.logout)()
+
+    closed = await socket.receive_output(timeout=3)
+    assert closed == {"type": "websocket.close", "code": 4401}

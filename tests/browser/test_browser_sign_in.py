@@ -15,7 +15,7 @@ def test_a_visitor_signs_in_and_lands_on_the_page_they_asked_for(
 
     response = page.goto(f"{daphne_server}/approvals/")
     # Served under a strict policy, so any inline script or style would fail these tests.
-    assert "script-src 'self';" in response.headers["content-security-policy"]
+    assert "script-src 'self' 'nonce-" in response.headers["content-security-policy"]
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/approvals/$"))
     page.get_by_label("Username").fill("reviewer")
     page.get_by_label("Password").fill("wrong password")
