@@ -85,6 +85,9 @@ def setup_django(db_dir: str) -> None:
     os.environ["AGENTSITE_VAR_DIR"] = db_dir
     os.environ["AGENTSITE_TOOL_MODULES"] = "benchmarks.bench_tools"
     os.environ["AGENTSITE_MODEL_BACKEND"] = "offline"
+    # Hundreds of runs a minute would hit the shared model-call rate limit, which is not the
+    # executor: lift it here, as the plan-size cap is lifted.
+    os.environ["AGENTSITE_MODEL_CALLS_PER_MINUTE"] = "0"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
     import django
 
