@@ -7,21 +7,9 @@ from plans.execution import advance_run
 from plans.models import Run, RunEvent, Step, ToolCall
 from plans.services.runs import run_create
 from tests import support_tools
+from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SEED_PLAN = {
-    "steps": [
-        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []},
-        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": []},
-        {
-            "id": 3,
-            "tool": "calculator",
-            "args": {"expression": "{{1}}+{{2}}"},
-            "depends_on": [1, 2],
-        },
-    ]
-}
 
 
 @pytest.fixture

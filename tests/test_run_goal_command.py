@@ -7,21 +7,10 @@ import pytest
 from django.core.management import call_command
 
 from plans.models import LedgerEntry, ModelCall, Run, RunEvent, ToolCall
+from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SEED_PLAN = {
-    "steps": [
-        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []},
-        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": []},
-        {
-            "id": 3,
-            "tool": "calculator",
-            "args": {"expression": "{{1}}+{{2}}"},
-            "depends_on": [1, 2],
-        },
-    ]
-}
 CYCLIC_PLAN = {
     "steps": [
         {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": [2]},

@@ -9,26 +9,14 @@ from plans.audit import chain_problems
 from plans.execution import advance_run
 from plans.models import Run, RunEvent
 from plans.services.runs import run_create
+from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PLAN = {
-    "steps": [
-        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []},
-        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}, "depends_on": []},
-        {
-            "id": 3,
-            "tool": "calculator",
-            "args": {"expression": "{{1}}+{{2}}"},
-            "depends_on": [1, 2],
-        },
-    ]
-}
 
 
 @pytest.fixture
 def run(author):
-    run = run_create(author=author, goal_text="Total price", plan_data=PLAN)
+    run = run_create(author=author, goal_text="Total price", plan_data=SEED_PLAN)
     advance_run(run.pk)
     return Run.objects.get(pk=run.pk)
 

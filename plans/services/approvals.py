@@ -144,22 +144,7 @@ def approvals_decide(
             locked.save()
             append_events(
                 locked.run_id,
-                [
-                    (
-                        "approval_decided",
-                        {
-                            "approval": locked.pk,
-                            "step": locked.step.step_id,
-                            "tool": locked.tool,
-                            "decision": locked.decision,
-                            "reviewer": reviewer.get_username() if reviewer else via,
-                            "reason": reason,
-                            "args": locked.args,
-                            "edited": locked.args != locked.requested_args,
-                            "args_sha256": locked.args_sha256,
-                        },
-                    )
-                ],
+                [decided_event(locked, decided_by=reviewer.get_username() if reviewer else via)],
             )
             if locked.run.status == Run.Status.AWAITING_APPROVAL:
                 runs_to_resume.add(locked.run_id)
@@ -265,22 +250,7 @@ def approvals_expire() -> list[int]:
             approval.save()
             append_events(
                 approval.run_id,
-                [
-                    (
-                        "approval_decided",
-                        {
-                            "approval": approval.pk,
-                            "step": approval.step.step_id,
-                            "tool": approval.tool,
-                            "decision": approval.decision,
-                            "reviewer": "ttl",
-                            "reason": approval.reason,
-                            "args": approval.args,
-                            "edited": False,
-                            "args_sha256": approval.args_sha256,
-                        },
-                    )
-                ],
+                [decided_event(approval, decided_by="ttl")],
             )
             if approval.run.status == Run.Status.AWAITING_APPROVAL:
                 from plans.tasks import run_enqueue
@@ -295,6 +265,24 @@ def approvals_expire() -> list[int]:
 def _duration(seconds: float) -> str:
     hours = seconds / 3600
     return f"{hours:g} h" if hours >= 1 else f"{seconds:g} s"
+
+
+def decided_event(approval: Approval, *, decided_by: str) -> tuple[str, dict[str, Any]]:
+    """The run event recording a decision on an approval."""
+    return (
+        "approval_decided",
+        {
+            "approval": approval.pk,
+            "step": approval.step.step_id,
+            "tool": approval.tool,
+            "decision": approval.decision,
+            "reviewer": decided_by,
+            "reason": approval.reason,
+            "args": approval.args,
+            "edited": approval.args != approval.requested_args,
+            "args_sha256": approval.args_sha256,
+        },
+    )
 
 
 def _check_reviewer_may_decide(reviewer: AbstractBaseUser | None) -> None:
