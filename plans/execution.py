@@ -429,15 +429,21 @@ class StepsExecution:
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
         self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
-        self.reusable = _results_of_earlier_versions(plan_row)
+        self.reusable = _results_of_earlier_versions(plan_row) if plan_row.version > 1 else {}
+        # Both only matter to destructive steps; a plan without any skips the queries.
+        has_destructive = any(step.destructive for step in steps.values())
         # Keys of destructive calls this run made: key -> the step that first used it.
-        self.destructive_keys = dict(
-            ToolCall.objects.filter(run_id=self.run.pk, step__destructive=True)
-            .order_by("pk")
-            .values_list("idempotency_key", "step_id")
-            .distinct()
+        self.destructive_keys = (
+            dict(
+                ToolCall.objects.filter(run_id=self.run.pk, step__destructive=True)
+                .order_by("pk")
+                .values_list("idempotency_key", "step_id")
+                .distinct()
+            )
+            if has_destructive
+            else {}
         )
-        self.declined = declined_calls(self.run)
+        self.declined = declined_calls(self.run) if has_destructive else {}
         self.pool = tool_pool()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
