@@ -88,6 +88,9 @@ def setup_django(db_dir: str) -> None:
     # Hundreds of runs a minute would hit the shared model-call rate limit, which is not the
     # executor: lift it here, as the plan-size cap is lifted.
     os.environ["AGENTSITE_MODEL_CALLS_PER_MINUTE"] = "0"
+    # As deployed: with DEBUG on, Django also logs and re-quotes every query it runs.
+    os.environ["AGENTSITE_DEBUG"] = "0"
+    os.environ.setdefault("AGENTSITE_SECRET_KEY", "benchmark-only-" + os.urandom(16).hex())
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
     import django
 
@@ -147,7 +150,7 @@ def main() -> int:
         setup_django(db_dir)
         print(
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}, SQLite WAL in {db_dir}"
+            f"Python {platform.python_version()}, SQLite WAL in {db_dir}, DEBUG off"
         )
         print(f"median of {args.repeats} runs; wall = advance_run() minus the answer model call\n")
         run_once(diamond(fixed(0)))  # warm up imports, connections, the registry, the pool

@@ -1,33 +1,37 @@
-"""Many-row writes for the executor's hot path, as single prepared statements."""
+"""Hot-path writes as prepared SQL: many-row inserts and updates, and one fenced run update.
+
+The ORM builds and compiles a query (or a model instance per row) on every call; on the
+executor's path that costs far more than the database does. Statements here are built once per
+model and field list, and values are prepared by the fields' own database conversion, skipped
+only where the value is already what the driver takes (str, int, bool, None into plain columns).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
+
+Prepare = Callable[[Any, BaseDatabaseWrapper], Any]
+
+# Columns whose database value is the Python value itself when it is one of _PASS_THROUGH.
+_PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
+_PASS_THROUGH = frozenset({str, int, bool, type(None)})
 
 
 def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
-    """INSERT rows given as {attname: value}, all with the same keys, via executemany.
-
-    bulk_create builds and compiles a model instance per row; on the executor's hot path that
-    costs more than the database does.
-    """
+    """INSERT rows given as {attname: value}, all with the same keys, via executemany."""
     if not rows:
         return
-    connection = connections[router.db_for_write(model)]
-    meta = model._meta
-    fields = [meta.get_field(_field_name(meta, key)) for key in rows[0]]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
-    # Identifiers come from model metadata; every value is a parameter.
-    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
-    params = [
-        [field.get_db_prep_save(row[field.attname], connection) for field in fields] for row in rows
-    ]
+    connection = _connection(model)
+    attnames = tuple(rows[0])
+    sql, prepares = _insert_statement(connection.alias, model, attnames)
+    pairs = list(zip(prepares, attnames, strict=True))
+    params = [[prepare(row[name], connection) for prepare, name in pairs] for row in rows]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
 
@@ -42,19 +46,105 @@ def update_rows(
     """
     if not rows:
         return
-    connection = connections[router.db_for_write(model)]
-    meta = model._meta
-    fields = [meta.get_field(name) for name in field_names]
-    quote = connection.ops.quote_name
-    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
-    table, pk = quote(meta.db_table), quote(meta.pk.column)
-    sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+    connection = _connection(model)
+    sql, prepares = _update_statement(connection.alias, model, tuple(field_names))
+    pairs = list(zip(prepares, field_names, strict=True))
     params = [
-        [field.get_db_prep_save(row[field.name], connection) for field in fields] + [row["id"]]
-        for row in rows
+        [prepare(row[name], connection) for prepare, name in pairs] + [row["id"]] for row in rows
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+def update_one_returning(
+    model: type[Model],
+    pk: Any,
+    *,
+    increments: Mapping[str, int],
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    where_after: Mapping[str, Any],
+    returning: Sequence[str],
+) -> tuple[Any, ...] | None:
+    """UPDATE one row by pk (field += n, field = value) if it matches; the new raw values.
+
+    The row must also have the values in where and values after those in where_after (for
+    expiry times). Returns the returning fields as the database gives them, or None if no row
+    matched.
+    """
+    connection = _connection(model)
+    meta = model._meta
+    quote = connection.ops.quote_name
+    column = functools.partial(_column, meta, quote)
+    assignments = [f"{column(n)} = {column(n)} + %s" for n in increments]
+    assignments += [f"{column(n)} = %s" for n in values]
+    conditions = [f"{quote(meta.pk.column)} = %s"]
+    conditions += [f"{column(n)} = %s" for n in where]
+    conditions += [f"{column(n)} > %s" for n in where_after]
+    # Identifiers come from model metadata; every value is a parameter.
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
+        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(map(column, returning))}"
+    )
+    params = [*increments.values(), *_prepared(connection, model, values), pk]
+    params += [*_prepared(connection, model, where), *_prepared(connection, model, where_after)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _column(meta: Any, quote: Callable[[str], str], name: str) -> str:
+    return quote(meta.get_field(name).column)
+
+
+def _prepared(
+    connection: BaseDatabaseWrapper, model: type[Model], values: Mapping[str, Any]
+) -> list[Any]:
+    return [_preparer(model, name)(value, connection) for name, value in values.items()]
+
+
+def _connection(model: type[Model]) -> BaseDatabaseWrapper:
+    return connections[router.db_for_write(model)]
+
+
+@functools.cache
+def _insert_statement(
+    alias: str, model: type[Model], attnames: tuple[str, ...]
+) -> tuple[str, list[Prepare]]:
+    connection = connections[alias]
+    meta = model._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(_field_name(meta, a)).column) for a in attnames)
+    placeholders = ", ".join(["%s"] * len(attnames))
+    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+    return sql, [_preparer(model, _field_name(meta, a)) for a in attnames]
+
+
+@functools.cache
+def _update_statement(
+    alias: str, model: type[Model], names: tuple[str, ...]
+) -> tuple[str, list[Prepare]]:
+    connection = connections[alias]
+    meta = model._meta
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(meta.get_field(n).column)} = %s" for n in names)
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+    return sql, [_preparer(model, n) for n in names]
+
+
+@functools.cache
+def _preparer(model: type[Model], name: str) -> Prepare:
+    """The function turning a Python value into the driver's value for this field."""
+    field = model._meta.get_field(name)
+    if isinstance(field, models.ForeignKey):
+        field = field.target_field
+    prepare = field.get_db_prep_save
+    if not isinstance(field, _PLAIN_FIELDS):
+        return prepare
+    return lambda value, connection: (
+        value if type(value) in _PASS_THROUGH else prepare(value, connection)
+    )
 
 
 def _field_name(meta: Any, attname: str) -> str:

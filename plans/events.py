@@ -10,11 +10,10 @@ from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from plans.audit import GENESIS, event_hash
-from plans.bulk import insert_rows
+from plans.bulk import insert_rows, update_one_returning, update_rows
 from plans.models import Run, RunEvent
 from plans.redaction import redact
 
@@ -49,18 +48,25 @@ def append_events(
     LeaseLost is raised. Returns the events as published, and whether cancellation was requested.
     """
     entries = list(entries)
-    fence = Run.objects.filter(pk=run_id)
+    fence: dict[str, Any] = {}
     if lease_token is not None:
-        fence = fence.filter(lease_token=lease_token, lease_expires_at__gt=timezone.now())
+        fence = {"lease_token": lease_token}
     # The UPDATE locks the run row, so concurrent writers allocate disjoint seq ranges.
-    updated = fence.update(last_seq=F("last_seq") + len(entries), **(run_fields or {}))
-    if updated != 1:
+    updated = update_one_returning(
+        Run,
+        run_id,
+        increments={"last_seq": len(entries)},
+        values=run_fields or {},
+        where=fence,
+        where_after={"lease_expires_at": timezone.now()} if fence else {},
+        returning=("last_seq", "cancel_requested", "last_event_hash"),
+    )
+    if updated is None:
         if lease_token is not None:
             raise LeaseLost(f"run {run_id}: lease {lease_token} is no longer held")
         raise Run.DoesNotExist(f"run {run_id} does not exist")
-    last_seq, cancel_requested, prev_hash = Run.objects.filter(pk=run_id).values_list(
-        "last_seq", "cancel_requested", "last_event_hash"
-    )[0]
+    last_seq, cancel_requested, prev_hash = updated
+    cancel_requested = bool(cancel_requested)
     if not entries:
         return [], cancel_requested
     now = timezone.now()
@@ -80,7 +86,7 @@ def append_events(
         )
         rows.append(row)
     insert_rows(RunEvent, rows)
-    Run.objects.filter(pk=run_id).update(last_event_hash=prev_hash)
+    update_rows(Run, [{"id": run_id, "last_event_hash": prev_hash}], ["last_event_hash"])
     events = [
         {
             "run": run_id,

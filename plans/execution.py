@@ -145,7 +145,12 @@ def invoke_tool(
 
 
 def _jsonable(value: Any) -> Any:
+    if type(value) in _JSON_SCALARS:
+        return value
     return json.loads(json.dumps(value, default=str))
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class RunAdvancer:
@@ -427,6 +432,7 @@ class StepsExecution:
         self.deadlines: list[tuple[float, int, Future[ToolOutcome]]] = []  # a heap
         self.retries: list[tuple[float, int]] = []  # a heap of (due, step id)
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
+        self.call_hashes: dict[int, str] = {}  # step id -> args_sha256 of its call
         self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
         self.reusable = _results_of_earlier_versions(plan_row) if plan_row.version > 1 else {}
@@ -500,12 +506,13 @@ class StepsExecution:
                         return True
                     continue
                 break
+            # Handed over after the launches above: starting dependants comes first.
+            if self.recorder.flush_due_in() == 0:
+                self.recorder.flush()
             for future in self._next_completed():
                 if future in self.inflight:  # not already given up on as timed out
                     self._complete(future)
             self._time_out_overdue()
-            if self.recorder.flush_due_in() == 0:
-                self.recorder.flush()
             if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
                 last_poll = time.monotonic()
                 self._apply_decisions(pool)
@@ -537,7 +544,7 @@ class StepsExecution:
                 error="arguments after substitution are invalid: " + "; ".join(problems),
             )
             return
-        call_hash = args_sha256(step.tool, args)
+        call_hash = self.call_hashes[step_id] = args_sha256(step.tool, args)
         if call_hash in self.reusable:
             # Same tool, same resolved arguments as a step of an earlier plan version: not rerun.
             result, origin = self.reusable[call_hash]
@@ -566,7 +573,9 @@ class StepsExecution:
                 self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)
                 return
             approval = gate.approval
-            args = gate.call_args
+            if gate.call_args != args:  # the reviewer edited them
+                args = gate.call_args
+                self.call_hashes[step_id] = args_sha256(step.tool, args)
         if not circuit_admits(step.tool):
             self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
             return
@@ -611,7 +620,7 @@ class StepsExecution:
         A destructive call identical to one another step of this run already made was approved
         again for this step, so it gets a key of its own (stable across crashes: the step's).
         """
-        key = idempotency_key(spec.name, args)
+        key = self.call_hashes[step.step_id]  # the key is the call's identity
         if not spec.destructive:
             return key
         first = self.destructive_keys.setdefault(key, step.pk)
@@ -843,7 +852,7 @@ class StepsExecution:
             if not step.destructive and not reused_from and step.resolved_args is not None:
                 # A later identical call in this run reuses this result instead of calling again.
                 self.reusable.setdefault(
-                    args_sha256(step.tool, step.resolved_args), (result, f"step {step.step_id}")
+                    self.call_hashes[step.step_id], (result, f"step {step.step_id}")
                 )
         else:
             payload["error"] = error

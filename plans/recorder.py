@@ -80,8 +80,6 @@ class RunRecorder:
     def tool_call(self, **row: Any) -> None:
         """A ToolCall row, given as column attributes (run_id, step_id, ...); text is redacted."""
         self._touch()
-        for name in ("args", "result", "error"):
-            row[name] = redact(row[name])
         self._batch.tool_calls.append(row)
 
     def model_call(self, call: ModelCall) -> None:
@@ -183,8 +181,13 @@ class _Writer:
                 self.lease.run_id, batch.events, lease_token=self.lease.token, run_fields=fields
             )
             update_rows(Step, batch.steps, STEP_FIELDS)
-            insert_rows(ToolCall, batch.tool_calls)
+            insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
             if batch.model_calls:
                 ModelCall.objects.bulk_create(batch.model_calls)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+
+
+def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:
+    # Here rather than when recorded: the writer's thread is off the scheduling path.
+    return {**tool_call, **{name: redact(tool_call[name]) for name in ("args", "result", "error")}}

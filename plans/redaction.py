@@ -10,6 +10,7 @@ from django.conf import settings
 
 # 13-19 digits, optionally grouped by spaces or dashes; confirmed with the Luhn checksum.
 CARD_NUMBER = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+_WITHOUT_DIGITS = str.maketrans("", "", "0123456789")
 
 
 def redact(value: Any) -> Any:
@@ -24,8 +25,14 @@ def redact(value: Any) -> Any:
 
 
 def _might_contain_secrets(text: str) -> bool:
-    # Cheap pre-check for the common case: no long digit runs and no configured patterns.
-    return bool(_patterns()) or sum(ch.isdigit() for ch in text) >= 13
+    # Cheap pre-check for the common case: fewer than 13 digits and no configured patterns.
+    if _patterns():
+        return True
+    if len(text) < 13:
+        return False
+    if text.isascii():
+        return len(text) - len(text.translate(_WITHOUT_DIGITS)) >= 13
+    return sum(ch.isdigit() for ch in text) >= 13  # \d also matches other scripts' digits
 
 
 def _redact_text(text: str) -> str:
