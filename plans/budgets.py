@@ -3,13 +3,14 @@ and the global model-call rate limit (a token bucket shared through the database
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -23,16 +24,47 @@ def author_daily_problem(run: Run, *, next_call_usd: Decimal) -> str | None:
     cap = Decimal(str(settings.AGENTSITE_AUTHOR_DAILY_USD))
     if cap <= 0:
         return None
-    start_of_day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    spent = ModelCall.objects.filter(
-        run__goal__author_id=run.goal.author_id, created_at__gte=start_of_day
-    ).aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
+    spent = author_spent_today(run.goal.author_id)
     if spent + next_call_usd <= cap:
         return None
     return (
         f"{run.goal.author.get_username()} has spent ${spent:.4f} today; this call (about "
         f"${next_call_usd:.4f}) would pass the daily cap of ${cap:.2f}"
     )
+
+
+def author_spent_today(author_id: int) -> Decimal:
+    """USD of every model call today (UTC) in the author's runs."""
+    start_of_day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    alias = router.db_for_read(ModelCall)
+    connection = connections[alias]
+    since = ModelCall._meta.get_field("created_at").get_db_prep_value(start_of_day, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_spent_since_sql(alias), [author_id, since])
+        row = cursor.fetchone()
+    return Decimal(str(row[0])) if row and row[0] is not None else Decimal(0)
+
+
+@functools.cache
+def _spent_since_sql(alias: str) -> str:
+    """The ORM's SQL for an author's spend since a time, compiled once (params: author, time).
+
+    It runs before every model call, and building the query cost more than running it.
+    """
+    query = (
+        ModelCall.objects.using(alias)
+        .filter(run__goal__author_id=0)
+        .filter(created_at__gte=timezone.now())
+        .order_by()
+        .values("run__goal__author_id")
+        .annotate(total=Sum("cost_usd"))
+        .values("total")
+        .query
+    )
+    sql, params = query.get_compiler(alias).as_sql()
+    if len(params) != 2:
+        raise AssertionError(f"expected the author and the time as parameters, got {params}")
+    return sql
 
 
 def rate_limit_wait(*, sleep: Callable[[float], None] = time.sleep) -> str | None:

@@ -73,18 +73,14 @@ def update_one_returning(
     matched.
     """
     connection = _connection(model)
-    meta = model._meta
-    quote = connection.ops.quote_name
-    column = functools.partial(_column, meta, quote)
-    assignments = [f"{column(n)} = {column(n)} + %s" for n in increments]
-    assignments += [f"{column(n)} = %s" for n in values]
-    conditions = [f"{quote(meta.pk.column)} = %s"]
-    conditions += [f"{column(n)} = %s" for n in where]
-    conditions += [f"{column(n)} > %s" for n in where_after]
-    # Identifiers come from model metadata; every value is a parameter.
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
-        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(map(column, returning))}"
+    sql = _update_returning_statement(
+        connection.alias,
+        model,
+        tuple(increments),
+        tuple(values),
+        tuple(where),
+        tuple(where_after),
+        tuple(returning),
     )
     params = [*increments.values(), *_prepared(connection, model, values), pk]
     params += [*_prepared(connection, model, where), *_prepared(connection, model, where_after)]
@@ -93,8 +89,32 @@ def update_one_returning(
         return cursor.fetchone()
 
 
-def _column(meta: Any, quote: Callable[[str], str], name: str) -> str:
-    return quote(meta.get_field(name).column)
+@functools.cache
+def _update_returning_statement(
+    alias: str,
+    model: type[Model],
+    increments: tuple[str, ...],
+    values: tuple[str, ...],
+    where: tuple[str, ...],
+    where_after: tuple[str, ...],
+    returning: tuple[str, ...],
+) -> str:
+    meta = model._meta
+    quote = connections[alias].ops.quote_name
+
+    def column(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    assignments = [f"{column(n)} = {column(n)} + %s" for n in increments]
+    assignments += [f"{column(n)} = %s" for n in values]
+    conditions = [f"{quote(meta.pk.column)} = %s"]
+    conditions += [f"{column(n)} = %s" for n in where]
+    conditions += [f"{column(n)} > %s" for n in where_after]
+    # Identifiers come from model metadata; every value is a parameter.
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608
+        f"WHERE {' AND '.join(conditions)} RETURNING {', '.join(map(column, returning))}"
+    )
 
 
 def _prepared(

@@ -416,7 +416,7 @@ class StepsExecution:
     """Runs a plan's steps as soon as their dependencies finish, up to the run's parallelism."""
 
     def __init__(self, advancer: RunAdvancer, plan_row: PlanRow, steps: dict[int, Step]) -> None:
-        plan = plan_to_engine(plan_row)
+        plan = plan_to_engine(steps.values())
         self.advancer = advancer
         self.lease = advancer.lease
         self.recorder = advancer.recorder

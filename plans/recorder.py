@@ -157,16 +157,22 @@ class _Writer:
 
     def _run(self) -> None:
         try:
-            while (batch := self._queue.get()) is not None:
+            stopping = False
+            while not stopping:
+                batches = [self._queue.get()]
+                # Batches that queued up while the last commit ran go in one transaction.
+                while not self._queue.empty():
+                    batches.append(self._queue.get_nowait())
+                stopping = batches[-1] is None
                 try:
-                    if self.failure is None:
-                        self._commit(batch)
+                    if self.failure is None and batches[0] is not None:
+                        self._commit(_merged([b for b in batches if b is not None]))
                 except BaseException as error:
                     # Nothing after a failed batch may be written: the run's log stays a prefix.
                     self.failure = error
                 finally:
-                    self._queue.task_done()
-            self._queue.task_done()
+                    for _ in batches:
+                        self._queue.task_done()
         finally:
             connections.close_all()
 
@@ -182,10 +188,34 @@ class _Writer:
             )
             update_rows(Step, batch.steps, STEP_FIELDS)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
-            if batch.model_calls:
-                ModelCall.objects.bulk_create(batch.model_calls)
+            insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+
+
+def _merged(batches: list[Batch]) -> Batch:
+    """One batch doing what the given ones do in order (later step and run values win)."""
+    if len(batches) == 1:
+        return batches[0]
+    merged = Batch()
+    steps: dict[int, dict[str, Any]] = {}
+    for batch in batches:
+        merged.events += batch.events
+        steps.update((step["id"], step) for step in batch.steps)
+        merged.tool_calls += batch.tool_calls
+        merged.model_calls += batch.model_calls
+        merged.approvals += batch.approvals
+        merged.run_fields.update(batch.run_fields)
+    merged.steps = list(steps.values())
+    return merged
+
+
+def _model_call_row(call: ModelCall) -> dict[str, Any]:
+    """The call as {attname: value}, stamped now if unsaved (what auto_now_add would do)."""
+    if call.created_at is None:
+        call.created_at = timezone.now()
+    fields = [f for f in ModelCall._meta.concrete_fields if not f.primary_key]
+    return {f.attname: getattr(call, f.attname) for f in fields}
 
 
 def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:

@@ -87,3 +87,30 @@ def test_a_run_that_gets_no_call_within_its_patience_fails_with_a_clear_message(
     assert out["status"] == "failed"
     assert "rate limit" in out["error"]
     assert Run.objects.get(pk=out["run_id"]).model_call_count == 0
+
+
+def test_spent_today_sums_only_todays_calls_in_the_authors_runs(db):
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from plans.budgets import author_spent_today
+    from plans.models import ModelCall
+    from plans.services.runs import run_create
+
+    users = get_user_model().objects
+    alice, bob = users.create(username="alice-spend"), users.create(username="bob-spend")
+    run_a = run_create(author=alice, goal_text="a")
+    run_b = run_create(author=bob, goal_text="b")
+    common = {"purpose": "plan", "model": "m", "prices": {}, "latency_ms": 1}
+    ModelCall.objects.create(run=run_a, cost_usd=Decimal("0.25"), **common)
+    ModelCall.objects.create(run=run_a, cost_usd=Decimal("0.50"), **common)
+    ModelCall.objects.create(run=run_b, cost_usd=Decimal("9"), **common)
+    yesterday = ModelCall.objects.create(run=run_a, cost_usd=Decimal("7"), **common)
+    ModelCall.objects.filter(pk=yesterday.pk).update(created_at=timezone.now() - timedelta(days=1))
+
+    assert author_spent_today(alice.pk) == Decimal("0.75")
+    assert author_spent_today(bob.pk) == Decimal("9")
+    assert author_spent_today(users.create(username="carol-spend").pk) == Decimal(0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +24,8 @@ def plan_current(run: Run) -> Plan | None:
     return run.plans.filter(is_valid=True).order_by("-version").first()
 
 
-def plan_to_engine(plan: Plan) -> engine.Plan:
+def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
+    """The engine's plan made of a stored plan's steps."""
     return engine.Plan(
         steps=tuple(
             engine.PlanStep(
@@ -33,7 +34,7 @@ def plan_to_engine(plan: Plan) -> engine.Plan:
                 args=step.args,
                 depends_on=tuple(step.depends_on),
             )
-            for step in plan.steps.all()
+            for step in sorted(steps, key=lambda step: step.step_id)
         )
     )
 
