@@ -154,6 +154,9 @@ def main() -> int:
         )
         print(f"median of {args.repeats} runs; wall = advance_run() minus the answer model call\n")
         run_once(diamond(fixed(0)))  # warm up imports, connections, the registry, the pool
+        from plans.worker import gc_tune_for_serving
+
+        gc_tune_for_serving()  # as `manage.py serve` and `run_worker` do once started
         fixed_s = statistics.median(
             wall - answer_s for wall, answer_s, _ in (run_once([_step(1, [], 0)]) for _ in range(9))
         )

@@ -38,6 +38,9 @@ STEP_FIELDS = (
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
 
+# A writer thread with nothing to commit for this long exits and closes its connection.
+IDLE_EXIT_S = 30.0
+
 
 @dataclass
 class Batch:
@@ -57,7 +60,7 @@ class RunRecorder:
         self._batch = Batch()
         self._steps: dict[int, Step] = {}
         self._oldest: float | None = None  # monotonic time of the oldest unflushed write
-        self._writer = _Writer(lease)
+        self._writer = _Writer.begin(lease)
 
     @property
     def cancel_requested(self) -> bool:
@@ -108,8 +111,8 @@ class RunRecorder:
         return self._writer.cancel_requested
 
     def close(self) -> None:
-        """Commit everything still queued and stop the writer."""
-        self._writer.stop()
+        """Commit everything still queued and free the writer."""
+        self._writer.end()
 
     def _touch(self) -> None:
         if self._oldest is None:
@@ -129,20 +132,49 @@ class RunRecorder:
 
 
 class _Writer:
-    """One thread that commits a run's batches in order, each in one fenced transaction."""
+    """A thread that commits batches in order, each in one transaction fenced by the lease.
 
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    One per advancing thread, reused run after run so that its database connection is too
+    (opening one per run cost more than a small run's commits). It serves one run at a time,
+    between begin() and end(); after IDLE_EXIT_S without work the thread exits (closing its
+    connection) and the next batch starts a new one.
+    """
+
+    _per_thread = threading.local()
+
+    def __init__(self) -> None:
+        self.lease: Lease | None = None
         self.cancel_requested = False
         self.failure: BaseException | None = None
-        self._queue: queue.Queue[Batch | None] = queue.Queue()
-        self._thread = threading.Thread(
-            target=self._run, name=f"recorder-{lease.run_id}", daemon=True
-        )
-        self._thread.start()
+        self._queue: queue.Queue[Batch] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def begin(cls, lease: Lease) -> _Writer:
+        """This thread's writer, now serving the run of this lease (a new one if it is busy)."""
+        writer = getattr(cls._per_thread, "writer", None)
+        if writer is None or writer.lease is not None:
+            writer = cls()
+            if getattr(cls._per_thread, "writer", None) is None:
+                cls._per_thread.writer = writer
+        writer.lease = lease
+        writer.cancel_requested = False
+        writer.failure = None
+        return writer
+
+    def end(self) -> None:
+        """Wait for the run's batches to be committed; the writer is free for another run."""
+        self.wait_idle()
+        self.lease = None
 
     def submit(self, batch: Batch) -> None:
-        self._queue.put(batch)
+        with self._lock:
+            self._queue.put(batch)
+            if self._thread is None:
+                name = f"recorder-{threading.current_thread().name}"
+                self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+                self._thread.start()
 
     def wait_idle(self) -> None:
         self._queue.join()
@@ -151,40 +183,47 @@ class _Writer:
         if self.failure is not None:
             raise self.failure
 
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
     def _run(self) -> None:
         try:
-            stopping = False
-            while not stopping:
-                batches = [self._queue.get()]
-                # Batches that queued up while the last commit ran go in one transaction.
-                while not self._queue.empty():
-                    batches.append(self._queue.get_nowait())
-                stopping = batches[-1] is None
+            while batches := self._take_waiting():
                 try:
-                    if self.failure is None and batches[0] is not None:
-                        self._commit(_merged([b for b in batches if b is not None]))
+                    if self.failure is None:
+                        self._commit(_merged(batches))
                 except BaseException as error:
                     # Nothing after a failed batch may be written: the run's log stays a prefix.
                     self.failure = error
+                    connections.close_all()  # a broken connection is not reused
                 finally:
                     for _ in batches:
                         self._queue.task_done()
         finally:
             connections.close_all()
 
+    def _take_waiting(self) -> list[Batch]:
+        """The next batch and those queued behind it (one transaction); [] to exit when idle."""
+        try:
+            batches = [self._queue.get(timeout=IDLE_EXIT_S)]
+        except queue.Empty:
+            with self._lock:
+                if self._queue.empty():
+                    self._thread = None  # the next submit starts a new thread
+                    return []
+            batches = [self._queue.get()]
+        while not self._queue.empty():
+            batches.append(self._queue.get_nowait())
+        return batches
+
     def _commit(self, batch: Batch) -> None:
+        lease = self.lease
+        assert lease is not None, "a batch was submitted outside begin() and end()"
         fields = {
-            "lease_expires_at": timezone.now() + timedelta(seconds=self.lease.seconds),
+            "lease_expires_at": timezone.now() + timedelta(seconds=lease.seconds),
             **batch.run_fields,
         }
         with transaction.atomic():
             # Fence first: the run row stays locked until commit, and a lost lease writes nothing.
             _, self.cancel_requested = append_events(
-                self.lease.run_id, batch.events, lease_token=self.lease.token, run_fields=fields
+                lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
             )
             update_rows(Step, batch.steps, STEP_FIELDS)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])

@@ -7,6 +7,7 @@ PostgreSQL LISTEN/NOTIFY by an enqueue in any other process, and every IDLE_POLL
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -26,6 +27,17 @@ logger = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
 # The PostgreSQL channel an enqueue notifies (see plans.tasks.announce_enqueued).
 TASKS_CHANNEL = "agentsite_tasks"
+
+
+def gc_tune_for_serving() -> None:
+    """Collect garbage the way a long-running process that advances runs wants to.
+
+    What startup imported is frozen out of the collector's scans, and young collections run
+    every 50,000 allocations instead of 700: measured, collections were ~8% of a 500-step run.
+    Call once, after startup's imports.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 class Waker:

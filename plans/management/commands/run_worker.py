@@ -17,7 +17,7 @@ from django.db import connections
 
 from plans.leases import leases_hand_over, leases_held
 from plans.sweeper import start_sweeper_thread, sweep_once, task_abandon
-from plans.worker import RunWorker, start_worker_threads, worker_id_prefix
+from plans.worker import RunWorker, gc_tune_for_serving, start_worker_threads, worker_id_prefix
 
 logger = logging.getLogger("plans.worker")
 
@@ -74,6 +74,7 @@ class Command(BaseCommand):
             options["threads"], prefix=prefix, listen=not options["no_listen"]
         )
         sweeper = None if options["no_sweeper"] else start_sweeper_thread()
+        gc_tune_for_serving()
         logger.info(
             "worker process %s: %d threads, sweeper %s, database %s",
             prefix,

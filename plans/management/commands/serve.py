@@ -40,7 +40,7 @@ class Command(BaseCommand):
             self._ensure_demo_users()
 
         from plans.sweeper import start_sweeper_thread
-        from plans.worker import start_worker_threads
+        from plans.worker import gc_tune_for_serving, start_worker_threads
 
         if options["workers"]:
             start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")
@@ -51,6 +51,7 @@ class Command(BaseCommand):
 
         from agentsite.asgi import application
 
+        gc_tune_for_serving()
         url = f"http://{options['host']}:{options['port']}/"
         self.stdout.write(self.style.SUCCESS(f"agentsite is serving on {url}"))
         self.stdout.write(
