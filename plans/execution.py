@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from plans.budgets import author_daily_problem, rate_limit_wait
+from plans.bulk import rows_where
 from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
@@ -43,7 +44,7 @@ from plans.leases import Heartbeat, Lease, lease_acquire
 from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
-from plans.models import Approval, ModelCall, Run, Step, ToolCall
+from plans.models import Approval, Goal, ModelCall, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
 from plans.recorder import RunRecorder
 from plans.redaction import redact
@@ -58,6 +59,7 @@ from plans.services.plans import (
     plan_current,
     plan_from_planner,
     plan_from_replanner,
+    plan_steps,
     plan_to_engine,
 )
 from plans.tools import ToolError, ToolSpec, get_registry
@@ -155,7 +157,8 @@ _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 class RunAdvancer:
     def __init__(self, run_id: int, lease: Lease) -> None:
-        self.run = Run.objects.select_related("goal__author").get(pk=run_id)
+        (self.run,) = rows_where(Run, id=run_id)
+        (self.run.goal,) = rows_where(Goal, id=self.run.goal_id)
         self.lease = lease
         self.recorder = RunRecorder(lease)
         self.registry = get_registry()
@@ -194,7 +197,7 @@ class RunAdvancer:
                     return Run.Status.AWAITING_PLAN_APPROVAL
                 plan_row.refresh_from_db()
                 continue
-            steps = {s.step_id: s for s in plan_row.steps.all()}
+            steps = plan_steps(plan_row)
             parked = StepsExecution(self, plan_row, steps).execute()
             if parked:
                 return Run.Status.AWAITING_APPROVAL

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -127,33 +128,74 @@ def leases_hand_over() -> list[int]:
 
 
 class Heartbeat:
-    """Renews a lease from a background thread while the run is being advanced."""
+    """Keeps a lease renewed while the run is being advanced (by the process's keeper thread)."""
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"lease-{lease.run_id}", daemon=True
-        )
 
     def __enter__(self) -> Heartbeat:
-        with _held_lock:
-            _held[self.lease.token] = self.lease
-        self._thread.start()
+        _keeper.hold(self.lease)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        with _held_lock:
-            _held.pop(self.lease.token, None)
+        _keeper.let_go(self.lease)
 
-    def _beat(self) -> None:
+
+class _LeaseKeeper:
+    """One thread renewing every lease this process holds, each a third of the way through.
+
+    Shared rather than a thread per run: starting and joining one cost more than a short run's
+    steps. It exits after IDLE_EXIT_S holding nothing, and the next hold() starts it again.
+    """
+
+    IDLE_EXIT_S = 30.0
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(_held_lock)
+        self._due: dict[uuid.UUID, float] = {}  # token -> monotonic time of its next renewal
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: Lease) -> None:
+        with self._changed:
+            _held[lease.token] = lease
+            self._due[lease.token] = time.monotonic() + lease.seconds / 3
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def let_go(self, lease: Lease) -> None:
+        with self._changed:
+            _held.pop(lease.token, None)
+            self._due.pop(lease.token, None)
+
+    def _keep(self) -> None:
         try:
-            while not self._stop.wait(self.lease.seconds / 3):
-                if self.lease.released or self.lease.lost.is_set():
-                    return
-                if not lease_renew(self.lease):
-                    return
+            while due := self._wait_for_due():
+                for lease in due:
+                    if lease.released or lease.lost.is_set() or not lease_renew(lease):
+                        self.let_go(lease)  # nothing more to keep; Heartbeat's exit is a no-op
+                        continue
+                    with self._changed:
+                        if lease.token in self._due:
+                            self._due[lease.token] = time.monotonic() + lease.seconds / 3
         finally:
             connections.close_all()
+
+    def _wait_for_due(self) -> list[Lease]:
+        """The leases due for renewal, once there are any; [] to exit after idling."""
+        with self._changed:
+            while True:
+                if not self._due:
+                    if not self._changed.wait(self.IDLE_EXIT_S) and not self._due:
+                        self._thread = None
+                        return []
+                    continue
+                now = time.monotonic()
+                due = [_held[token] for token, at in self._due.items() if at <= now]
+                if due:
+                    return due
+                self._changed.wait(min(self._due.values()) - now)
+
+
+_keeper = _LeaseKeeper()

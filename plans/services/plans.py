@@ -11,6 +11,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from plans import engine
+from plans.bulk import rows_where
 from plans.events import append_events
 from plans.leases import Lease
 from plans.llm import Completion, ModelRequest, model_for
@@ -21,7 +22,13 @@ from plans.tools import get_registry, tool_catalog_for_prompt
 
 def plan_current(run: Run) -> Plan | None:
     """The run's latest valid plan version, if any."""
-    return run.plans.filter(is_valid=True).order_by("-version").first()
+    plans = rows_where(Plan, run=run.pk, is_valid=True, order_by="-version", limit=1)
+    return plans[0] if plans else None
+
+
+def plan_steps(plan: Plan) -> dict[int, Step]:
+    """The plan's steps by their plan-local id."""
+    return {step.step_id: step for step in rows_where(Step, plan=plan.pk, order_by="step_id")}
 
 
 def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
