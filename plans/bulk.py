@@ -22,6 +22,8 @@ Prepare = Callable[[Any, BaseDatabaseWrapper], Any]
 # Columns whose database value is the Python value itself when it is one of _PASS_THROUGH.
 _PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
 _PASS_THROUGH = frozenset({str, int, bool, type(None)})
+# Columns whose values are immutable (datetime, UUID, Decimal): a repeat needs no conversion.
+_MEMO_FIELDS = (models.DateTimeField, models.UUIDField, models.DecimalField)
 
 
 def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -190,11 +192,33 @@ def _preparer(model: type[Model], name: str) -> Prepare:
     if isinstance(field, models.ForeignKey):
         field = field.target_field
     prepare = field.get_db_prep_save
-    if not isinstance(field, _PLAIN_FIELDS):
-        return prepare
-    return lambda value, connection: (
-        value if type(value) in _PASS_THROUGH else prepare(value, connection)
-    )
+    if isinstance(field, _PLAIN_FIELDS):
+        return lambda value, connection: (
+            value if type(value) in _PASS_THROUGH else prepare(value, connection)
+        )
+    if isinstance(field, _MEMO_FIELDS):
+        return _remembering_last(prepare)
+    return prepare
+
+
+def _remembering_last(prepare: Prepare) -> Prepare:
+    """prepare, answering at once when given the very same (immutable) value again.
+
+    A batch repeats one timestamp and lease token in every event row; converting a datetime
+    goes through half a dozen Django calls.
+    """
+    last: tuple[Any, str, Any] = (None, "", None)  # value, database vendor, prepared value
+
+    def prepare_remembering(value: Any, connection: BaseDatabaseWrapper) -> Any:
+        nonlocal last
+        seen, vendor, prepared = last
+        if value is seen and vendor == connection.vendor and value is not None:
+            return prepared
+        prepared = prepare(value, connection)
+        last = (value, connection.vendor, prepared)
+        return prepared
+
+    return prepare_remembering
 
 
 def _field_name(meta: Any, attname: str) -> str:

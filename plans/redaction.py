@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 # 13-19 digits, optionally grouped by spaces or dashes; confirmed with the Luhn checksum.
 CARD_NUMBER = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
@@ -36,7 +38,7 @@ def _might_contain_secrets(text: str) -> bool:
 
 
 def _redact_text(text: str) -> str:
-    if settings.AGENTSITE_REDACT_CARD_NUMBERS:
+    if _redact_card_numbers():
         text = CARD_NUMBER.sub(_card_replacement, text)
     for pattern in _patterns():
         text = pattern.sub("[redacted]", text)
@@ -64,4 +66,22 @@ def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
 
 
 def _patterns() -> tuple[re.Pattern[str], ...]:
-    return _compiled(tuple(settings.AGENTSITE_REDACTION_PATTERNS))
+    if _configured["patterns"] is None:
+        _configured["patterns"] = _compiled(tuple(settings.AGENTSITE_REDACTION_PATTERNS))
+    return _configured["patterns"]
+
+
+def _redact_card_numbers() -> bool:
+    if _configured["cards"] is None:
+        _configured["cards"] = bool(settings.AGENTSITE_REDACT_CARD_NUMBERS)
+    return _configured["cards"]
+
+
+# Settings read once (this runs for every string stored), and again when a setting changes.
+_configured: dict[str, Any] = {"patterns": None, "cards": None}
+
+
+@receiver(setting_changed)
+def _forget_configuration(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("AGENTSITE_REDACT"):
+        _configured.update(patterns=None, cards=None)
