@@ -164,7 +164,7 @@ def critical_path_s(steps: Steps) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
 
@@ -178,7 +178,8 @@ def main() -> int:
             f"median of {args.repeats} runs; wall = advance_run() minus the time spent inside "
             "the (offline) answer model\n"
         )
-        run_once(diamond(fixed(0)))  # warm up imports, connections, the registry, the pool
+        for _ in range(3):  # warm up imports, connections, the registry, the pool, caches
+            run_once(diamond(fixed(0)))
         from plans.worker import gc_tune_for_serving
 
         gc_tune_for_serving()  # as `manage.py serve` and `run_worker` do once started

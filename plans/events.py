@@ -128,6 +128,8 @@ class Publisher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
+        # Per group, the streamed-text message still waiting to be sent.
+        self._streaming: dict[str, dict[str, Any]] = {}
 
     def bind_server_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -136,6 +138,32 @@ class Publisher:
                 self._loop = self._queue = None  # the next send starts a drain task there
 
     def send(self, group: str, message: dict[str, Any]) -> None:
+        with self._lock:
+            self._streaming.pop(group, None)  # later text must not jump ahead of this message
+        self._put(group, message)
+
+    def send_text(self, group: str, kind: str, text: str) -> None:
+        """Send a piece of streamed text; while the group's last piece still waits, extend it.
+
+        A burst of tokens then costs one message, not one per token, for the layer and the
+        browsers alike.
+        """
+        with self._lock:
+            waiting = self._streaming.get(group)
+            if waiting is not None and waiting["kind"] == kind:
+                waiting["payload"]["text"] += text
+                return
+            message = {"type": "run.transient", "kind": kind, "payload": {"text": text}}
+            self._streaming[group] = message
+        self._put(group, message)
+
+    def taken(self, group: str, message: dict[str, Any]) -> None:
+        """The drain task is sending message: text may no longer be added to it."""
+        with self._lock:
+            if self._streaming.get(group) is message:
+                del self._streaming[group]
+
+    def _put(self, group: str, message: dict[str, Any]) -> None:
         loop, queue = self._target()
         loop.call_soon_threadsafe(queue.put_nowait, (group, message))
 
@@ -153,7 +181,7 @@ class Publisher:
                 )
                 loop = server if use_server and server is not None else _start_loop_thread()
                 queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-                loop.call_soon_threadsafe(lambda: loop.create_task(_drain(queue)))
+                loop.call_soon_threadsafe(lambda: loop.create_task(_drain(queue, self)))
                 self._loop, self._queue = loop, queue
             return self._loop, self._queue
 
@@ -164,9 +192,10 @@ def _start_loop_thread() -> asyncio.AbstractEventLoop:
     return loop
 
 
-async def _drain(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+async def _drain(queue: asyncio.Queue[tuple[str, dict[str, Any]]], sender: Publisher) -> None:
     while True:
         group, message = await queue.get()
+        sender.taken(group, message)
         try:
             layer = get_channel_layer()
             if layer is not None:
@@ -197,9 +226,9 @@ def publish_events(run_id: int, events: list[dict[str, Any]]) -> None:
         group_send(INBOX_GROUP, {"type": "inbox.changed"})
 
 
-def publish_transient(run_id: int, kind: str, payload: Mapping[str, Any]) -> None:
-    """Send something that is not worth storing (answer tokens); the stored event follows."""
-    group_send(run_group(run_id), {"type": "run.transient", "kind": kind, "payload": dict(payload)})
+def publish_text(run_id: int, kind: str, text: str) -> None:
+    """Stream text not worth storing (answer tokens); the stored event with all of it follows."""
+    publisher.send_text(run_group(run_id), kind, text)
 
 
 def group_send(group: str, message: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ from plans.engine import (
     idempotency_key,
     resolve,
 )
-from plans.events import LeaseLost, append_events, publish_transient
+from plans.events import LeaseLost, append_events, publish_text
 from plans.leases import Heartbeat, Lease, lease_acquire
 from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
@@ -291,7 +291,7 @@ class RunAdvancer:
         run_id = self.run.pk
         completion = self.call_model(
             request,
-            on_text=lambda text: publish_transient(run_id, "answer_delta", {"text": text}),
+            on_text=lambda text: publish_text(run_id, "answer_delta", text),
         )
         if completion is None:
             return False

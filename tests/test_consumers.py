@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from agentsite.asgi import application
-from plans.events import INBOX_GROUP, append_events, publish_transient, run_group
+from plans.events import INBOX_GROUP, append_events, publish_text, run_group
 from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL, TRIP_GOAL
 from plans.models import Run
@@ -245,7 +245,7 @@ async def test_answer_tokens_are_appended_escaped(finished_run, client, author):
     )
     await following(socket, finished_run)
 
-    publish_transient(finished_run.pk, "answer_delta", {"text": "<b>92800</b> "})
+    publish_text(finished_run.pk, "answer_delta", "<b>92800</b> ")
     message = await socket.receive_from()
 
     assert message == '<span hx-swap-oob="beforeend:#answer-text">&lt;b&gt;92800&lt;/b&gt; </span>'
