@@ -16,7 +16,11 @@ _MAX_DOUBLINGS = 1000
 
 def canonical_json(value: Any) -> str:
     """One spelling for equal JSON values: sorted keys, no spaces, unescaped Unicode."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
+
+
+# Built once: json.dumps with non-default options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def args_sha256(tool: str, args: Mapping[str, Any]) -> str:
