@@ -1,6 +1,7 @@
 """Run leases: one worker at a time, renewed by heartbeat, and fencing every write."""
 
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -162,3 +163,30 @@ def test_handing_over_lets_another_worker_take_the_run_at_once(run):
     assert lease.lost.is_set()
     with pytest.raises(LeaseLost):
         append_events(run.pk, [("run_status", {"status": "x"})], lease_token=lease.token)
+
+
+def test_one_keeper_thread_renews_every_lease_the_process_holds(author):
+    plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": "hi"}}]}
+    runs = [run_create(author=author, goal_text=f"keeper {i}", plan_data=plan) for i in range(3)]
+    leases = [lease_acquire(run.pk, seconds=0.3) for run in runs]
+    threads_before = {thread.name for thread in threading.enumerate()}
+
+    with Heartbeat(leases[0]), Heartbeat(leases[1]), Heartbeat(leases[2]):
+        time.sleep(0.8)
+        taken = [lease_acquire(run.pk) for run in runs]
+        keepers = [t for t in threading.enumerate() if t.name == "lease-keeper"]
+
+    assert taken == [None, None, None]
+    assert len(keepers) == 1
+    assert not any(lease.lost.is_set() for lease in leases)
+    assert {t.name for t in threading.enumerate()} - threads_before <= {"lease-keeper"}
+
+
+def test_a_lease_let_go_is_no_longer_renewed(run):
+    lease = lease_acquire(run.pk, seconds=0.3)
+
+    with Heartbeat(lease):
+        pass
+    time.sleep(0.5)
+
+    assert lease_acquire(run.pk) is not None  # it expired: nobody kept it

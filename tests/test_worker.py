@@ -12,6 +12,7 @@ from django_tasks_db.models import DBTaskResult
 from plans import worker as worker_module
 from plans.engine import idempotency_key
 from plans.execution import advance_run
+from plans.leases import leases_held
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
@@ -65,10 +66,6 @@ def create(author, steps, goal="worker test"):
 def charge(account, gate="open", step_id=1, depends_on=()):
     args = {"account": account, "amount": 5, "gate": gate}
     return {"id": step_id, "tool": "charge", "args": args, "depends_on": list(depends_on)}
-
-
-def threads_named(*names):
-    return [t.name for t in threading.enumerate() if t.name in names]
 
 
 def test_a_wake_that_comes_while_the_worker_is_busy_is_not_lost():
@@ -130,7 +127,7 @@ def test_a_parked_run_holds_no_lease_no_thread_and_no_running_task(author, worke
     run.refresh_from_db()
     assert run.lease_token is None and run.lease_expires_at is None
     assert not DBTaskResult.objects.filter(status=TaskResultStatus.RUNNING).exists()
-    assert threads_named(f"recorder-{run.pk}", f"lease-{run.pk}") == []
+    assert run.pk not in {lease.run_id for lease in leases_held()}  # nothing renews its lease
 
 
 def test_a_decision_hands_the_parked_run_back_to_a_worker(author, reviewer, workers, tmp_path):

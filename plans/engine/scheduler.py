@@ -1,7 +1,7 @@
 """Which steps may start now: Kahn's algorithm, advanced one finished step at a time.
 
 Each step's finish visits its direct dependants once, so a whole run costs O(V + E) graph
-work, plus O(log V) per ready step for handing them out in id order.
+work, plus O(log V) per ready step for handing them out longest-chain first.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import heapq
 from collections import deque
 from enum import StrEnum
 
-from plans.engine.graph import dependants_of, describe_cycle, find_cycle
+from plans.engine.graph import dependants_of, describe_cycle, find_cycle, topological_order
 from plans.engine.plan import Plan
 
 
@@ -47,7 +47,9 @@ class Scheduler:
         # Steps a restored unsuccessful dependency keeps from ever running.
         self._held: set[int] = set()
         self._ready: set[int] = set()
-        self._ready_heap: list[int] = []  # may hold ids no longer in _ready; skipped when popped
+        # (-chain, id): may hold ids no longer in _ready, skipped when popped.
+        self._ready_heap: list[tuple[int, int]] = []
+        self._chain = _chain_lengths(plan, self._dependants)
         for step_id, count in self._unfinished_dependencies.items():
             if count == 0:
                 self._make_ready(step_id)
@@ -87,12 +89,17 @@ class Scheduler:
             self._dependency_finished(dependant)
 
     def take_ready(self, limit: int | None = None) -> list[int]:
-        """Up to limit ready steps (all of them if None), lowest ids first, now marked started."""
+        """Up to limit ready steps (all if None), now marked started.
+
+        The steps with the longest chain of dependants after them go first (then lower ids):
+        those are what the run's end waits on, so they should not queue behind the others for
+        a free slot or for the moment it takes to start each call.
+        """
         if limit is not None and limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         taken: list[int] = []
         while self._ready_heap and (limit is None or len(taken) < limit):
-            step_id = heapq.heappop(self._ready_heap)
+            _, step_id = heapq.heappop(self._ready_heap)
             if step_id in self._ready:
                 self._ready.remove(step_id)
                 taken.append(step_id)
@@ -148,7 +155,7 @@ class Scheduler:
 
     def _make_ready(self, step_id: int) -> None:
         self._ready.add(step_id)
-        heapq.heappush(self._ready_heap, step_id)
+        heapq.heappush(self._ready_heap, (-self._chain[step_id], step_id))
 
     def _state(self, step_id: int) -> str:
         if step_id in self._outcomes:
@@ -163,6 +170,14 @@ class Scheduler:
         self._require_known(step_id)
         if step_id not in self._running:
             raise ValueError(f"step {step_id} is not running: it is {self._state(step_id)}")
+
+
+def _chain_lengths(plan: Plan, dependants: dict[int, list[int]]) -> dict[int, int]:
+    """Per step, how many steps the longest chain starting at it holds (itself included)."""
+    chain: dict[int, int] = {}
+    for step_id in reversed(topological_order(plan)):
+        chain[step_id] = 1 + max((chain[d] for d in dependants[step_id]), default=0)
+    return chain
 
 
 def _require_runnable(plan: Plan) -> None:

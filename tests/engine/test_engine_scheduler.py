@@ -40,6 +40,17 @@ def test_take_ready_respects_its_limit_and_keeps_the_rest_for_later_in_id_order(
     assert scheduler.running == frozenset({1, 3, 5, 9})
 
 
+def test_ready_steps_heading_the_longest_chains_go_first():
+    # 3 heads 3 -> 4 -> 5; 1 heads 1 -> 2; 6 leads nowhere. Equal chains go by id.
+    scheduler = Scheduler(plan_of({1: [], 2: [1], 3: [], 4: [3], 5: [4], 6: [], 7: []}))
+
+    assert scheduler.take_ready(limit=2) == [3, 1]
+    assert scheduler.take_ready() == [6, 7]
+    scheduler.finish(1, Outcome.SUCCEEDED)
+    scheduler.finish(3, Outcome.SUCCEEDED)
+    assert scheduler.take_ready() == [4, 2]
+
+
 def test_a_negative_limit_is_refused():
     with pytest.raises(ValueError, match="must not be negative"):
         Scheduler(SEED).take_ready(limit=-1)

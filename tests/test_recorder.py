@@ -1,0 +1,96 @@
+"""The run recorder: batched, lease-fenced writes on a writer thread reused from run to run."""
+
+import threading
+
+import pytest
+
+from plans.events import LeaseLost
+from plans.execution import advance_run
+from plans.leases import lease_acquire, lease_release
+from plans.models import Run, RunEvent
+from plans.recorder import Batch, RunRecorder, _merged
+from plans.services.runs import run_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PLAN = {"steps": [{"id": 1, "tool": "echo", "args": {"text": "hi"}}]}
+
+
+@pytest.fixture(autouse=True)
+def it_tools(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+
+
+def recorder_threads() -> list[threading.Thread]:
+    name = f"recorder-{threading.current_thread().name}"
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
+def test_runs_advanced_one_after_another_on_a_thread_share_its_writer(author):
+    runs = [run_create(author=author, goal_text=f"run {i}", plan_data=PLAN) for i in range(3)]
+
+    statuses = [advance_run(run.pk) for run in runs]
+
+    assert statuses == ["completed"] * 3
+    assert len(recorder_threads()) == 1
+    for run in runs:
+        seqs = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
+        assert seqs == list(range(1, Run.objects.get(pk=run.pk).last_seq + 1))
+
+
+def test_a_run_whose_lease_was_lost_leaves_the_writer_clean_for_the_next(author):
+    lost_run, next_run = (run_create(author=author, goal_text=g) for g in ("lost", "next"))
+    stale = lease_acquire(lost_run.pk)
+    lease_release(stale)
+    lease_acquire(lost_run.pk)  # someone else holds it now
+    recorder = RunRecorder(stale)
+    recorder.event("run_status", status="running")
+    with pytest.raises(LeaseLost):
+        recorder.flush(wait=True)
+    recorder.close()
+
+    lease = lease_acquire(next_run.pk)
+    recorder = RunRecorder(lease)
+    recorder.event("run_status", status="running")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    kinds = list(RunEvent.objects.filter(run=next_run).values_list("kind", flat=True))
+    assert kinds == ["run_created", "run_status"]
+    assert not RunEvent.objects.filter(run=lost_run, kind="run_status").exists()
+
+
+def test_a_recorder_opened_while_the_threads_writer_is_busy_gets_its_own(author):
+    first, second = (run_create(author=author, goal_text=g) for g in ("first", "second"))
+    one = RunRecorder(lease_acquire(first.pk))
+    two = RunRecorder(lease_acquire(second.pk))
+    one.event("run_status", status="one")
+    two.event("run_status", status="two")
+
+    one.flush(wait=True)
+    two.flush(wait=True)
+    one.close()
+    two.close()
+
+    assert one._writer is not two._writer
+    assert RunEvent.objects.get(run=first, kind="run_status").payload == {"status": "one"}
+    assert RunEvent.objects.get(run=second, kind="run_status").payload == {"status": "two"}
+
+
+def test_batches_that_queued_up_are_merged_in_order_with_later_values_winning():
+    first = Batch(
+        events=[("step_started", {"step": 1})],
+        steps=[{"id": 7, "status": "running"}],
+        run_fields={"status": "running", "round_count": 1},
+    )
+    second = Batch(
+        events=[("step_finished", {"step": 1})],
+        steps=[{"id": 7, "status": "succeeded"}, {"id": 8, "status": "running"}],
+        run_fields={"round_count": 2},
+    )
+
+    merged = _merged([first, second])
+
+    assert merged.events == [("step_started", {"step": 1}), ("step_finished", {"step": 1})]
+    assert merged.steps == [{"id": 7, "status": "succeeded"}, {"id": 8, "status": "running"}]
+    assert merged.run_fields == {"status": "running", "round_count": 2}
