@@ -11,9 +11,7 @@ import json
 import logging
 import queue
 import random
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -62,30 +60,13 @@ from plans.services.plans import (
     plan_steps,
     plan_to_engine,
 )
+from plans.tool_threads import Call, ToolThreads, tool_threads
 from plans.tools import ToolError, ToolSpec, get_registry
 
 logger = logging.getLogger(__name__)
 
 # How often a run with steps awaiting approval looks for decisions while other steps run.
 DECISION_POLL_S = 0.25
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def tool_pool() -> ThreadPoolExecutor:
-    """The process's threads for tool calls, shared by the runs it advances."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            size = settings.AGENTSITE_TOOL_THREADS
-            _pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="tool")
-            # Start every thread now; spawning one per submit would sit on the critical path.
-            everyone_started = threading.Barrier(size + 1)
-            for _ in range(size):
-                _pool.submit(everyone_started.wait)
-            everyone_started.wait()
-        return _pool
 
 
 def advance_run(run_id: int) -> str:
@@ -430,9 +411,9 @@ class StepsExecution:
             plan, run_dependants_of_failures=self.run.goal.run_dependants_of_failures
         )
         self.results: dict[int, Any] = {}
-        self.inflight: dict[Future[ToolOutcome], int] = {}  # future -> step id
-        self.completed: queue.SimpleQueue[Future[ToolOutcome]] = queue.SimpleQueue()
-        self.deadlines: list[tuple[float, int, Future[ToolOutcome]]] = []  # a heap
+        self.inflight: dict[Call, int] = {}  # call -> step id
+        self.completed: queue.SimpleQueue[Call] = queue.SimpleQueue()
+        self.deadlines: list[tuple[float, int, Call]] = []  # a heap
         self.retries: list[tuple[float, int]] = []  # a heap of (due, step id)
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
         self.call_hashes: dict[int, str] = {}  # step id -> args_sha256 of its call
@@ -453,7 +434,7 @@ class StepsExecution:
             else {}
         )
         self.declined = declined_calls(self.run) if has_destructive else {}
-        self.pool = tool_pool()
+        self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
@@ -512,9 +493,9 @@ class StepsExecution:
             # Handed over after the launches above: starting dependants comes first.
             if self.recorder.flush_due_in() == 0:
                 self.recorder.flush()
-            for future in self._next_completed():
-                if future in self.inflight:  # not already given up on as timed out
-                    self._complete(future)
+            for call in self._next_completed():
+                if call in self.inflight:  # not already given up on as timed out
+                    self._complete(call)
             self._time_out_overdue()
             if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
                 last_poll = time.monotonic()
@@ -526,7 +507,7 @@ class StepsExecution:
 
     # --- launching -----------------------------------------------------------------------
 
-    def _launch(self, step_id: int, pool: ThreadPoolExecutor) -> None:
+    def _launch(self, step_id: int, pool: ToolThreads) -> None:
         step = self.steps[step_id]
         self._round_starts(step.round)
         spec = self.advancer.registry.get(step.tool)
@@ -590,7 +571,7 @@ class StepsExecution:
         spec: ToolSpec,
         args: dict[str, Any],
         approval: Approval | None,
-        pool: ThreadPoolExecutor,
+        pool: ToolThreads,
     ) -> None:
         step.status = Step.Status.RUNNING
         step.attempts += 1
@@ -609,13 +590,17 @@ class StepsExecution:
             # The attempt is on record before the side effect can happen.
             self.recorder.flush(wait=True)
         timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-        future = pool.submit(
-            invoke_tool, spec, args, key=self._call_key(step, spec, args), approval=approval
+        call = pool.submit(
+            invoke_tool,
+            spec,
+            args,
+            key=self._call_key(step, spec, args),
+            approval=approval,
+            reply=self.completed.put,
         )
-        self.inflight[future] = step.step_id
+        self.inflight[call] = step.step_id
         self.calls[step.step_id] = (spec, args, approval)
-        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, future))
-        future.add_done_callback(self.completed.put)
+        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _call_key(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> str:
         """The idempotency key: one per call, and a fresh one for an approved deliberate repeat.
@@ -653,7 +638,7 @@ class StepsExecution:
             in (Verdict.APPROVED, Verdict.REJECTED)
         ]
 
-    def _apply_decisions(self, pool: ThreadPoolExecutor) -> bool:
+    def _apply_decisions(self, pool: ToolThreads) -> bool:
         """Launch or block the steps whose approvals were decided; True if there were any."""
         decided = self._decided()
         if decided and self._cancel_recorded():
@@ -702,9 +687,9 @@ class StepsExecution:
 
     # --- completing ----------------------------------------------------------------------
 
-    def _complete(self, future: Future[ToolOutcome]) -> None:
-        step_id = self.inflight.pop(future)
-        outcome = future.result()
+    def _complete(self, call: Call) -> None:
+        step_id = self.inflight.pop(call)
+        outcome = call.result()
         step = self.steps[step_id]
         self._record_attempt(step, outcome)
         self.reconciling.discard(step_id)
@@ -748,7 +733,7 @@ class StepsExecution:
             delay_s=round(delay, 3),
         )
 
-    def _retry_due(self, pool: ThreadPoolExecutor) -> None:
+    def _retry_due(self, pool: ToolThreads) -> None:
         now = time.monotonic()
         while self.retries and self.retries[0][0] <= now:
             _, step_id = heapq.heappop(self.retries)
@@ -761,7 +746,7 @@ class StepsExecution:
             step = self.steps[step_id]
             self._finish_step(step, Outcome.FAILED, error=f"{step.error or 'failed'}; {reason}")
 
-    def _next_completed(self) -> list[Future[ToolOutcome]]:
+    def _next_completed(self) -> list[Call]:
         """Wait for at least one finished call (or the next timer), then take all finished."""
         try:
             done = [self.completed.get(timeout=self._wait_timeout())]
@@ -778,9 +763,9 @@ class StepsExecution:
         while self.deadlines and (
             self.deadlines[0][2] not in self.inflight or self.deadlines[0][0] <= now
         ):
-            _, step_id, future = heapq.heappop(self.deadlines)
-            if future in self.inflight:
-                del self.inflight[future]
+            _, step_id, call = heapq.heappop(self.deadlines)
+            if call in self.inflight:
+                del self.inflight[call]
                 self._timed_out(self.steps[step_id])
 
     def _timed_out(self, step: Step) -> None:
