@@ -166,10 +166,11 @@ def _insert_statement(
     connection = connections[alias]
     meta = model._meta
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(meta.get_field(_field_name(meta, a)).column) for a in attnames)
-    placeholders = ", ".join(["%s"] * len(attnames))
+    names = [_field_name(meta, attname) for attname in attnames]
+    columns = ", ".join(_column(meta, quote, name) for name in names)
+    placeholders = ", ".join(["%s"] * len(names))
     sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
-    return sql, [_preparer(model, _field_name(meta, a)) for a in attnames]
+    return sql, [_preparer(model, name) for name in names]
 
 
 @functools.cache
@@ -179,10 +180,10 @@ def _update_statement(
     connection = connections[alias]
     meta = model._meta
     quote = connection.ops.quote_name
-    assignments = ", ".join(f"{quote(meta.get_field(n).column)} = %s" for n in names)
+    assignments = ", ".join(f"{_column(meta, quote, name)} = %s" for name in names)
     table, pk = quote(meta.db_table), quote(meta.pk.column)
     sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
-    return sql, [_preparer(model, n) for n in names]
+    return sql, [_preparer(model, name) for name in names]
 
 
 @functools.cache

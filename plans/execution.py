@@ -1,7 +1,8 @@
 """Advancing a run: plan it, run its steps as their dependencies finish, write the answer.
 
-One worker advances a run at a time (it holds the lease). Tool calls run in a thread pool;
-everything else, including every database write, happens on the advancing thread.
+One worker advances a run at a time (it holds the lease). The advancing thread schedules and
+decides; tool calls run on the shared tool threads (plans.tool_threads), and the run's writes
+are committed in batches by its recorder (plans.recorder).
 """
 
 from __future__ import annotations
