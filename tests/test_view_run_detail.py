@@ -6,10 +6,12 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
+from plans.events import append_events
 from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL
 from plans.models import Run, RunEvent
 from plans.services.runs import run_create
+from plans.views.goals import run_page_context
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,3 +225,20 @@ def test_the_events_feed_is_private_too(client, author, other_author):
     response = client.get(reverse("plans:run_events", args=[run.pk]), {"after": 0})
 
     assert response.status_code == 404
+
+
+def test_the_page_shows_state_at_least_as_new_as_the_last_event_it_lists(author):
+    # A change committed after the run was loaded but before the log was read (a run parking
+    # while its page renders) must not show in the timeline only: pushes start after it.
+    run = run_create(author=author, goal_text="parks during the render")
+    loaded_before = Run.objects.get(pk=run.pk)
+    append_events(
+        run.pk,
+        [("run_parked", {"awaiting": [4]})],
+        run_fields={"status": Run.Status.AWAITING_APPROVAL},
+    )
+
+    context = run_page_context(loaded_before)
+
+    assert context["last_seq"] == Run.objects.get(pk=run.pk).last_seq
+    assert context["run"].status == Run.Status.AWAITING_APPROVAL

@@ -151,10 +151,14 @@ def plan_shown(run: Run) -> Plan | None:
 
 
 def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any]:
-    plan = plan_shown(run)
-    steps = list(plan.steps.all()) if plan else []
+    # The log first, then the state: what the page shows is then at least as new as the last
+    # event it lists, and the socket's pushes after that bring it up to date. (Read the other
+    # way round, a change committed in between would show in the timeline but nowhere else.)
     events = [event_message(e) for e in run.events.all()]
     last_seq = events[-1]["seq"] if events else 0
+    run.refresh_from_db()
+    plan = plan_shown(run)
+    steps = list(plan.steps.all()) if plan else []
     return {
         "run": run,
         "plan": plan,
