@@ -69,6 +69,15 @@ def rows_where[M: Model](
     return list(model._default_manager.raw(sql, params))
 
 
+def field_value(model: type[Model], pk: Any, name: str) -> Any:
+    """One field of one row, as the database returns it (None if there is no such row)."""
+    connection = connections[router.db_for_read(model)]
+    with connection.cursor() as cursor:
+        cursor.execute(_field_statement(connection.alias, model, name), [pk])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
 def update_one_returning(
     model: type[Model],
     pk: Any,
@@ -100,6 +109,14 @@ def update_one_returning(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
+
+
+@functools.cache
+def _field_statement(alias: str, model: type[Model], name: str) -> str:
+    meta = model._meta
+    quote = connections[alias].ops.quote_name
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    return f"SELECT {_column(meta, quote, name)} FROM {table} WHERE {pk} = %s"  # noqa: S608
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import logging
 import queue
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -23,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from plans.budgets import author_daily_problem, rate_limit_wait
-from plans.bulk import rows_where
+from plans.bulk import field_value, rows_where
 from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
@@ -39,7 +40,7 @@ from plans.engine import (
     resolve,
 )
 from plans.events import LeaseLost, append_events, publish_text
-from plans.leases import Heartbeat, Lease, lease_acquire
+from plans.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
@@ -87,9 +88,7 @@ def advance_run(run_id: int) -> str:
         return "lease_lost"
     finally:
         if not lease.released:
-            Run.objects.filter(pk=run_id, lease_token=lease.token).update(
-                lease_token=None, lease_expires_at=None
-            )
+            lease_release(lease)
 
 
 @dataclass
@@ -205,24 +204,33 @@ class RunAdvancer:
         """Wait, holding nothing, for a reviewer's decision on the plan; False if it came."""
         if self.run.status != Run.Status.AWAITING_PLAN_APPROVAL:
             self.recorder.event("plan_approval_requested", version=plan_row.version)
+        return self.park(
+            Run.Status.AWAITING_PLAN_APPROVAL,
+            awaiting=f"plan v{plan_row.version}",
+            raced=lambda _: PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists(),
+        )
+
+    def park(self, status: str, *, awaiting: Any, raced: Callable[[bool], bool]) -> bool:
+        """Release the run (in this status) to wait for a decision; False if raced() saw one.
+
+        raced(cancel_requested) runs after the fenced update, which locks the run row: a
+        decision either committed before it (and raced() sees it) or waits and then finds the
+        run parked.
+        """
         self.recorder.flush(wait=True)
         try:
             with transaction.atomic():
-                append_events(
+                _, cancel_requested = append_events(
                     self.run.pk,
-                    [("run_parked", {"awaiting": f"plan v{plan_row.version}"})],
+                    [("run_parked", {"awaiting": awaiting})],
                     lease_token=self.lease.token,
-                    run_fields={
-                        "status": Run.Status.AWAITING_PLAN_APPROVAL,
-                        "lease_token": None,
-                        "lease_expires_at": None,
-                    },
+                    run_fields={"status": status, "lease_token": None, "lease_expires_at": None},
                 )
-                if PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists():
+                if raced(cancel_requested):
                     raise _DecisionRaced
         except _DecisionRaced:
             return False
-        self.run.status = Run.Status.AWAITING_PLAN_APPROVAL
+        self.run.status = status
         self.lease.released = True
         return True
 
@@ -652,39 +660,21 @@ class StepsExecution:
     def _cancel_recorded(self) -> bool:
         """Read now, not at the last commit: no step may start once a cancel is recorded."""
         if not self.run.cancel_requested:
-            # Raw SQL: on the launch path the ORM's query building costs ten times the read.
-            with connection.cursor() as cursor:
-                cursor.execute(_CANCEL_REQUESTED_SQL, [self.run.pk])
-                self.run.cancel_requested = bool(cursor.fetchone()[0])
+            self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
         return self.run.cancel_requested
 
     def _park(self) -> bool:
         """Release the run while it waits for reviewers; False if a decision raced in."""
-        self.recorder.flush(wait=True)
-        try:
-            with transaction.atomic():
-                # The fenced update locks the run row: a reviewer's decision either committed
-                # before it (and is seen below) or waits and then finds the run parked.
-                _, cancel_requested = append_events(
-                    self.run.pk,
-                    [("run_parked", {"awaiting": sorted(self.awaiting)})],
-                    lease_token=self.lease.token,
-                    run_fields={
-                        "status": Run.Status.AWAITING_APPROVAL,
-                        "lease_token": None,
-                        "lease_expires_at": None,
-                    },
-                )
-                if cancel_requested:
-                    self.run.cancel_requested = True  # end the run instead of parking it
-                    raise _DecisionRaced
-                if self._decided():
-                    raise _DecisionRaced
-        except _DecisionRaced:
-            return False
-        self.run.status = Run.Status.AWAITING_APPROVAL
-        self.lease.released = True
-        return True
+
+        def raced(cancel_requested: bool) -> bool:
+            if cancel_requested:
+                self.run.cancel_requested = True  # end the run instead of parking it
+                return True
+            return bool(self._decided())
+
+        return self.advancer.park(
+            Run.Status.AWAITING_APPROVAL, awaiting=sorted(self.awaiting), raced=raced
+        )
 
     # --- completing ----------------------------------------------------------------------
 
@@ -892,9 +882,6 @@ class StepsExecution:
 
 class _DecisionRaced(Exception):
     pass
-
-
-_CANCEL_REQUESTED_SQL = f"SELECT cancel_requested FROM {Run._meta.db_table} WHERE id = %s"  # noqa: S608
 
 
 def _outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:

@@ -184,6 +184,12 @@ def test_an_identical_call_later_in_the_run_reuses_the_first_result(author):
 
 
 EMAIL = {"to": "ops@example.com", "subject": "Stock alert", "body": "Reorder AirPods 4"}
+EMAIL_TWICE = {
+    "steps": [
+        {"id": 1, "tool": "send_email", "args": EMAIL},
+        {"id": 2, "tool": "send_email", "args": EMAIL, "depends_on": [1]},
+    ]
+}
 
 
 def test_an_identical_destructive_call_needs_its_own_approval_and_then_happens_again(
@@ -191,13 +197,7 @@ def test_an_identical_destructive_call_needs_its_own_approval_and_then_happens_a
 ):
     from django.core import mail
 
-    plan = {
-        "steps": [
-            {"id": 1, "tool": "send_email", "args": EMAIL},
-            {"id": 2, "tool": "send_email", "args": EMAIL, "depends_on": [1]},
-        ]
-    }
-    run = run_create(author=author, goal_text="email twice", plan_data=plan)
+    run = run_create(author=author, goal_text="email twice", plan_data=EMAIL_TWICE)
     advance_run(run.pk)
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
     second = Approval.objects.get(run=run, decision="pending")
@@ -214,13 +214,7 @@ def test_an_identical_destructive_call_needs_its_own_approval_and_then_happens_a
 def test_a_repeated_destructive_call_that_is_declined_does_not_happen_again(author, reviewer):
     from django.core import mail
 
-    plan = {
-        "steps": [
-            {"id": 1, "tool": "send_email", "args": EMAIL},
-            {"id": 2, "tool": "send_email", "args": EMAIL, "depends_on": [1]},
-        ]
-    }
-    run = run_create(author=author, goal_text="email twice", plan_data=plan)
+    run = run_create(author=author, goal_text="email twice", plan_data=EMAIL_TWICE)
     advance_run(run.pk)
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
     approval_decide(

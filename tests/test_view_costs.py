@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from plans.models import Approval, Goal, ModelCall, Plan, Run, Step, ToolCall
 from tests.html_safety import executable_markup
+from tests.pages import section
 
 pytestmark = pytest.mark.django_db
 
@@ -94,12 +95,6 @@ def costs_page(client, **params):
     response = client.get(URL, params)
     assert response.status_code == 200
     return response.content.decode()
-
-
-def section(page, heading_id):
-    match = re.search(rf'<section[^>]*aria-labelledby="{heading_id}".*?</section>', page, re.S)
-    assert match, f"no section {heading_id}"
-    return match.group(0)
 
 
 def test_it_sends_anonymous_visitors_to_the_login_page(client):

@@ -19,6 +19,7 @@ from plans.services.approvals import approval_decide
 from plans.services.plans import plan_check, plan_store
 from plans.services.runs import run_create
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT, executable_markup
+from tests.pages import section
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,13 +74,6 @@ def audit_page(client, run):
     response = client.get(reverse("plans:run_audit", args=[run.pk]))
     assert response.status_code == 200
     return response.content.decode()
-
-
-def section(page, heading_id):
-    """The HTML of the <section> labelled by the heading with this id."""
-    match = re.search(rf'<section[^>]*aria-labelledby="{heading_id}".*?</section>', page, re.S)
-    assert match, f"no section {heading_id}"
-    return match.group(0)
 
 
 @pytest.fixture
