@@ -273,3 +273,17 @@ def test_a_worker_that_finds_its_lease_gone_stops_without_waiting_for_its_calls(
     assert not stale.thread.is_alive()  # its call still waits on the gate
     assert stale.outcome == "lease_lost"
     gate_open("g")
+
+
+def test_serving_processes_freeze_startup_objects_and_collect_young_ones_less_often():
+    import gc
+
+    threshold = gc.get_threshold()
+    try:
+        worker_module.gc_tune_for_serving()
+
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == 50_000
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
