@@ -65,8 +65,18 @@ def rows_where[M: Model](
     """Instances whose fields equal the given values (order_by: a field, "-" for descending)."""
     connection = connections[router.db_for_read(model)]
     sql = _select_statement(connection.alias, model, tuple(equals), order_by, limit)
-    params = _prepared(connection, model, equals)
-    return list(model._default_manager.raw(sql, params))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _prepared(connection, model, equals))
+        rows = cursor.fetchall()
+    converters = _converters(connection.alias, model)
+    attnames = _attnames(model)
+    instances = []
+    for row in rows:
+        values = list(row)
+        for index, convert, column in converters:
+            values[index] = convert(values[index], column, connection)
+        instances.append(model.from_db(connection.alias, attnames, values))
+    return instances
 
 
 def field_value(model: type[Model], pk: Any, name: str) -> Any:
@@ -134,6 +144,28 @@ def _select_statement(
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return sql
+
+
+@functools.cache
+def _converters(alias: str, model: type[Model]) -> list[tuple[int, Callable[..., Any], Any]]:
+    """(column index, converter, column) for each conversion the loaded values need, in order.
+
+    The same converters the ORM applies to a queryset's rows (database, then field).
+    """
+    connection = connections[alias]
+    converters = []
+    for index, field in enumerate(model._meta.concrete_fields):
+        column = field.get_col(model._meta.db_table)
+        for convert in connection.ops.get_db_converters(column) + field.get_db_converters(
+            connection
+        ):
+            converters.append((index, convert, column))
+    return converters
+
+
+@functools.cache
+def _attnames(model: type[Model]) -> tuple[str, ...]:
+    return tuple(field.attname for field in model._meta.concrete_fields)
 
 
 def _column(meta: Any, quote: Callable[[str], str], name: str) -> str:

@@ -24,9 +24,13 @@ def dependants_of(plan: Plan) -> dict[int, list[int]]:
     return dependants
 
 
-def topological_order(plan: Plan) -> list[int]:
-    """Step ids, each after its dependencies; ValueError naming a cycle if there is one."""
-    dependants = dependants_of(plan)
+def topological_order(plan: Plan, dependants: Mapping[int, list[int]] | None = None) -> list[int]:
+    """Step ids, each after its dependencies; ValueError naming a cycle if there is one.
+
+    dependants: what dependants_of(plan) returns, when the caller already has it.
+    """
+    if dependants is None:
+        dependants = dependants_of(plan)
     waiting_on = {step.id: len(set(step.depends_on)) for step in plan.steps}
     ready = deque(sorted(step_id for step_id, count in waiting_on.items() if count == 0))
     order: list[int] = []

@@ -10,7 +10,7 @@ import heapq
 from collections import deque
 from enum import StrEnum
 
-from plans.engine.graph import dependants_of, describe_cycle, find_cycle, topological_order
+from plans.engine.graph import dependants_of, topological_order
 from plans.engine.plan import Plan
 
 
@@ -37,7 +37,7 @@ class Scheduler:
     """
 
     def __init__(self, plan: Plan, *, run_dependants_of_failures: bool = False) -> None:
-        _require_runnable(plan)
+        _require_known_dependencies(plan)
         self._run_dependants_of_failures = run_dependants_of_failures
         self._step_count = len(plan.steps)
         self._dependants = dependants_of(plan)
@@ -49,7 +49,7 @@ class Scheduler:
         self._ready: set[int] = set()
         # (-chain, id): may hold ids no longer in _ready, skipped when popped.
         self._ready_heap: list[tuple[int, int]] = []
-        self._chain = _chain_lengths(plan, self._dependants)
+        self._chain = _chain_lengths(plan, self._dependants)  # ValueError naming a cycle
         for step_id, count in self._unfinished_dependencies.items():
             if count == 0:
                 self._make_ready(step_id)
@@ -173,19 +173,19 @@ class Scheduler:
 
 
 def _chain_lengths(plan: Plan, dependants: dict[int, list[int]]) -> dict[int, int]:
-    """Per step, how many steps the longest chain starting at it holds (itself included)."""
+    """Per step, how many steps the longest chain starting at it holds (itself included).
+
+    Raises ValueError naming a cycle if the plan has one (no order exists then).
+    """
     chain: dict[int, int] = {}
-    for step_id in reversed(topological_order(plan)):
+    for step_id in reversed(topological_order(plan, dependants)):
         chain[step_id] = 1 + max((chain[d] for d in dependants[step_id]), default=0)
     return chain
 
 
-def _require_runnable(plan: Plan) -> None:
+def _require_known_dependencies(plan: Plan) -> None:
     known = set(plan.ids)
     for step in plan.steps:
-        missing = sorted(set(step.depends_on) - known)
-        if missing:
+        if not known.issuperset(step.depends_on):
+            missing = sorted(set(step.depends_on) - known)
             raise ValueError(f"step {step.id} depends on steps the plan lacks: {missing}")
-    cycle = find_cycle({step.id: step.depends_on for step in plan.steps})
-    if cycle is not None:
-        raise ValueError(f"the plan cannot run: {describe_cycle(cycle)}")
