@@ -21,6 +21,8 @@ _TAG_PATTERN = re.compile(
 
 def neutralise(text: str) -> str:
     """Make any of the delimiter tags inside untrusted text inert: </goal> becomes <\\/goal>."""
+    if "<" not in text:  # every tag starts with one; most results hold none
+        return text
     return _TAG_PATTERN.sub(
         lambda match: ("<\\/" if match.group(1) else "<\\") + match.group(2), text
     )
@@ -226,4 +228,9 @@ def data_text(value: Any) -> str:
         return value
     if value is None:
         return "(none)"
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _DATA_JSON.encode(value)
+
+
+# Built once: json.dumps with options builds an encoder per call, and an answer prompt has two
+# values per step.
+_DATA_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
