@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from plans.budgets import author_daily_problem, rate_limit_wait
-from plans.bulk import rows_where
+from plans.bulk import field_value, rows_where
 from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
@@ -69,9 +69,6 @@ logger = logging.getLogger(__name__)
 
 # How often a run with steps awaiting approval looks for decisions while other steps run.
 DECISION_POLL_S = 0.25
-
-# How old the cancel flag may be when a read-only step starts (a destructive one reads it anew).
-CANCEL_KNOWN_S = 0.02
 
 
 def advance_run(run_id: int) -> str:
@@ -486,8 +483,7 @@ class StepsExecution:
                 self._retry_due(pool)
                 room = self.run.max_parallel_steps - len(self.inflight)
                 ready = self.scheduler.take_ready(limit=max(room, 0))
-                destructive = any(self.steps[step_id].destructive for step_id in ready)
-                if ready and self._cancel_recorded(strict=destructive):
+                if ready and self._cancel_recorded():
                     for step_id in ready:
                         self.scheduler.release(step_id)
                     continue
@@ -654,24 +650,17 @@ class StepsExecution:
     def _apply_decisions(self, pool: ToolThreads) -> bool:
         """Launch or block the steps whose approvals were decided; True if there were any."""
         decided = self._decided()
-        if decided and self._cancel_recorded(strict=True):
+        if decided and self._cancel_recorded():
             return True  # the loop sees the cancel and launches nothing
         for step_id in decided:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
         return bool(decided)
 
-    def _cancel_recorded(self, *, strict: bool) -> bool:
-        """Whether a cancel is recorded, read now when strict (a side effect may follow).
-
-        Otherwise the flag may be up to CANCEL_KNOWN_S old: a read-only step starting that
-        soon after a cancel changes nothing, and reading before every launch cost more than
-        the steps of a wide plan.
-        """
+    def _cancel_recorded(self) -> bool:
+        """Read now, not at the last commit: no step may start once a cancel is recorded."""
         if not self.run.cancel_requested:
-            self.run.cancel_requested = self.recorder.cancel_requested_within(
-                0.0 if strict else CANCEL_KNOWN_S
-            )
+            self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
         return self.run.cancel_requested
 
     def _park(self) -> bool:

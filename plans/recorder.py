@@ -19,10 +19,10 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from plans.bulk import field_value, insert_rows, update_rows
+from plans.bulk import insert_rows, update_rows
 from plans.events import append_events
 from plans.leases import Lease
-from plans.models import Approval, ModelCall, Run, Step, ToolCall
+from plans.models import Approval, ModelCall, Step, ToolCall
 from plans.redaction import redact
 
 STEP_FIELDS = (
@@ -64,21 +64,7 @@ class RunRecorder:
 
     @property
     def cancel_requested(self) -> bool:
-        """Whether a cancel was requested, as of the last committed batch (or fresher read)."""
-        return self._writer.cancel_seen[0]
-
-    def cancel_requested_within(self, seconds: float) -> bool:
-        """Whether a cancel was requested, known as of at most `seconds` ago (0: read it now).
-
-        A commit reads the flag as a side effect, so while batches go out every few
-        milliseconds no separate query is needed.
-        """
-        requested, read_at = self._writer.cancel_seen
-        if not requested and time.monotonic() - read_at > seconds:
-            read_at = time.monotonic()
-            requested = bool(field_value(Run, self.lease.run_id, "cancel_requested"))
-            self._writer.cancel_seen = (requested, read_at)
-        return requested
+        return self._writer.cancel_requested
 
     def flush_due_in(self) -> float | None:
         """Seconds until the buffered writes must be handed over; None when nothing is buffered."""
@@ -122,7 +108,7 @@ class RunRecorder:
         if wait:
             self._writer.wait_idle()
         self._writer.raise_failure()
-        return self.cancel_requested
+        return self._writer.cancel_requested
 
     def close(self) -> None:
         """Commit everything still queued and free the writer."""
@@ -158,8 +144,7 @@ class _Writer:
 
     def __init__(self) -> None:
         self.lease: Lease | None = None
-        # (cancel requested?, monotonic time it was read): one tuple, so never seen half-updated.
-        self.cancel_seen = (False, 0.0)
+        self.cancel_requested = False
         self.failure: BaseException | None = None
         self._queue: queue.Queue[Batch] = queue.Queue()
         self._lock = threading.Lock()
@@ -174,7 +159,7 @@ class _Writer:
             if getattr(cls._per_thread, "writer", None) is None:
                 cls._per_thread.writer = writer
         writer.lease = lease
-        writer.cancel_seen = (False, 0.0)
+        writer.cancel_requested = False
         writer.failure = None
         return writer
 
@@ -235,10 +220,9 @@ class _Writer:
             "lease_expires_at": timezone.now() + timedelta(seconds=lease.seconds),
             **batch.run_fields,
         }
-        read_at = time.monotonic()
         with transaction.atomic():
             # Fence first: the run row stays locked until commit, and a lost lease writes nothing.
-            _, cancel_requested = append_events(
+            _, self.cancel_requested = append_events(
                 lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
             )
             update_rows(Step, batch.steps, STEP_FIELDS)
@@ -246,8 +230,6 @@ class _Writer:
             insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
-        if not self.cancel_seen[0]:
-            self.cancel_seen = (cancel_requested, read_at)
 
 
 def _merged(batches: list[Batch]) -> Batch:

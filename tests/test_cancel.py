@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from plans.execution import advance_run
-from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.models import LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.runs import run_cancel, run_create
 from tests.integration.it_tools import gate_open
 from tests.integration.support import wait_until
@@ -160,28 +160,3 @@ def test_the_command_names_a_user_that_does_not_exist(author):
 
     with pytest.raises(CommandError, match="There is no user 'nobody'"):
         call_command("cancel_run", str(run.pk), "--by", "nobody")
-
-
-def test_a_destructive_step_reads_the_cancel_flag_anew_however_recent_the_last_read(
-    author, monkeypatch
-):
-    monkeypatch.setattr("plans.execution.CANCEL_KNOWN_S", 3600.0)
-    run = create(
-        author,
-        [
-            {"id": 1, "tool": "hold", "args": {"label": "in flight", "gate": "g"}},
-            charge_step(2, [1]),
-        ],
-    )
-    worker = advancing(run)
-    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
-
-    run_cancel(run=run, user=author)
-    gate_open("g")
-    worker.join(timeout=30)
-
-    run.refresh_from_db()
-    assert run.status == Run.Status.CANCELLED
-    assert steps_of(run)[2].status == Step.Status.SKIPPED
-    assert not Approval.objects.exists()
-    assert not RunEvent.objects.filter(run=run, kind="approval_requested").exists()

@@ -94,21 +94,3 @@ def test_batches_that_queued_up_are_merged_in_order_with_later_values_winning():
     assert merged.events == [("step_started", {"step": 1}), ("step_finished", {"step": 1})]
     assert merged.steps == [{"id": 7, "status": "succeeded"}, {"id": 8, "status": "running"}]
     assert merged.run_fields == {"status": "running", "round_count": 2}
-
-
-def test_the_cancel_flag_known_from_a_recent_commit_is_not_read_again(
-    author, django_assert_num_queries
-):
-    run = run_create(author=author, goal_text="cancel later")
-    recorder = RunRecorder(lease_acquire(run.pk))
-    recorder.event("run_status", status="running")
-    recorder.flush(wait=True)  # the commit read the flag: not requested
-    Run.objects.filter(pk=run.pk).update(cancel_requested=True)
-
-    with django_assert_num_queries(0):
-        assert recorder.cancel_requested_within(60) is False
-    with django_assert_num_queries(1):
-        assert recorder.cancel_requested_within(0) is True
-    with django_assert_num_queries(0):
-        assert recorder.cancel_requested_within(60) is True  # once seen, it stays
-    recorder.close()
