@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from plans.engine import canonical_json
 from plans.models import Run, RunEvent
@@ -14,17 +12,17 @@ GENESIS = "0" * 64
 
 
 def event_hash(
-    *, run_id: int, seq: int, kind: str, payload: Mapping[str, Any], at: datetime, prev_hash: str
+    *, run_id: int, seq: int, kind: str, payload_json: str, at: datetime, prev_hash: str
 ) -> str:
-    content = canonical_json(
-        {
-            "run": run_id,
-            "seq": seq,
-            "kind": kind,
-            "payload": payload,
-            "at": at.isoformat(),
-            "prev": prev_hash,
-        }
+    """SHA-256 of canonical_json({"run", "seq", "kind", "payload", "at", "prev"}).
+
+    payload_json is canonical_json(payload). The object is spelled out in canonical key order
+    so that the payload text, encoded once for storage too, is not encoded a second time.
+    """
+    content = (
+        f'{{"at":{canonical_json(at.isoformat())},"kind":{canonical_json(kind)},'
+        f'"payload":{payload_json},"prev":{canonical_json(prev_hash)},'
+        f'"run":{int(run_id)},"seq":{int(seq)}}}'
     )
     return hashlib.sha256(content.encode()).hexdigest()
 
@@ -51,7 +49,7 @@ def chain_problems(run: Run) -> list[str]:
             run_id=run.pk,
             seq=event.seq,
             kind=event.kind,
-            payload=event.payload,
+            payload_json=canonical_json(event.payload),
             at=event.at,
             prev_hash=event.prev_hash,
         )

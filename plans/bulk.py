@@ -10,6 +10,7 @@ takes (str, int, bool, None into plain columns).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,17 @@ _PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField, models
 _PASS_THROUGH = frozenset({str, int, bool, type(None)})
 # Columns whose values are immutable (datetime, UUID, Decimal): a repeat needs no conversion.
 _MEMO_FIELDS = (models.DateTimeField, models.UUIDField, models.DecimalField)
+
+
+class JSONText(str):
+    """JSON already encoded: a JSONField column given one stores this text as it is."""
+
+
+class _Verbatim(json.JSONEncoder):
+    """Hands JSONText through the backend's own JSON adaptation without encoding it again."""
+
+    def encode(self, o: Any) -> str:
+        return str(o) if type(o) is JSONText else super().encode(o)
 
 
 def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -248,6 +260,12 @@ def _preparer(model: type[Model], name: str) -> Prepare:
         )
     if isinstance(field, _MEMO_FIELDS):
         return _remembering_last(prepare)
+    if isinstance(field, models.JSONField):
+        return lambda value, connection: (
+            connection.ops.adapt_json_value(value, _Verbatim)
+            if type(value) is JSONText
+            else prepare(value, connection)
+        )
     return prepare
 
 

@@ -13,9 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.audit import GENESIS, event_hash
-from plans.bulk import insert_rows, update_one_returning, update_rows
+from plans.bulk import JSONText, insert_rows, update_one_returning, update_rows
 from plans.models import Run, RunEvent
-from plans.redaction import redact
+from plans.redaction import redacted_json
 
 logger = logging.getLogger(__name__)
 
@@ -70,33 +70,36 @@ def append_events(
     if not entries:
         return [], cancel_requested
     now = timezone.now()
+    at = now.isoformat()
     first = last_seq - len(entries) + 1
     prev_hash = prev_hash or GENESIS
-    rows = []
-    for i, (kind, payload) in enumerate(entries):
-        row = {"run_id": run_id, "seq": first + i, "kind": kind, "payload": redact(dict(payload))}
-        row.update(at=now, prev_hash=prev_hash, lease_token=lease_token)
-        row["hash"] = prev_hash = event_hash(
+    rows, events = [], []
+    for seq, (kind, payload) in enumerate(entries, start=first):
+        payload, payload_json = redacted_json(dict(payload))
+        digest = event_hash(
             run_id=run_id,
-            seq=row["seq"],
+            seq=seq,
             kind=kind,
-            payload=row["payload"],
+            payload_json=payload_json,
             at=now,
-            prev_hash=row["prev_hash"],
+            prev_hash=prev_hash,
         )
-        rows.append(row)
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": seq,
+                "kind": kind,
+                "payload": JSONText(payload_json),
+                "at": now,
+                "prev_hash": prev_hash,
+                "lease_token": lease_token,
+                "hash": digest,
+            }
+        )
+        events.append({"run": run_id, "seq": seq, "kind": kind, "payload": payload, "at": at})
+        prev_hash = digest
     insert_rows(RunEvent, rows)
     update_rows(Run, [{"id": run_id, "last_event_hash": prev_hash}], ["last_event_hash"])
-    events = [
-        {
-            "run": run_id,
-            "seq": row["seq"],
-            "kind": row["kind"],
-            "payload": row["payload"],
-            "at": now.isoformat(),
-        }
-        for row in rows
-    ]
     transaction.on_commit(lambda: publish_events(run_id, events))
     return events, cancel_requested
 

@@ -461,7 +461,7 @@ class StepsExecution:
             elif step.status in (Step.Status.RUNNING, Step.Status.AWAITING_APPROVAL):
                 # Interrupted or parked: it will be taken again; its attempts stay counted.
                 step.status = Step.Status.PENDING
-                self.recorder.step_changed(step)
+                self.recorder.step_changed(step, "status")
                 self.rounds_started.add(step.round)
 
     def _remember(self, step: Step) -> None:
@@ -529,6 +529,7 @@ class StepsExecution:
             self._finish_step(step, Outcome.FAILED, error=f"cannot resolve arguments: {exc}")
             return
         step.resolved_args = args
+        self.recorder.step_changed(step, "resolved_args")
         problems = check_args(spec.schema, args)
         if problems:
             self._finish_step(
@@ -586,7 +587,7 @@ class StepsExecution:
         step.attempts += 1
         step.started_at = timezone.now()
         step.resolved_args = args
-        self.recorder.step_changed(step)
+        self.recorder.step_changed(step, "status", "attempts", "started_at", "resolved_args")
         self.recorder.event(
             "step_started",
             step=step.step_id,
@@ -628,7 +629,7 @@ class StepsExecution:
     def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
         self.awaiting[step.step_id] = args
         step.status = Step.Status.AWAITING_APPROVAL
-        self.recorder.step_changed(step)
+        self.recorder.step_changed(step, "status")
         if requested:
             return
         self.recorder.approval_requested(
@@ -819,7 +820,7 @@ class StepsExecution:
         step.result = result
         step.error = error
         step.finished_at = timezone.now()
-        self.recorder.step_changed(step)
+        self.recorder.step_changed(step, "status", "result", "error", "finished_at")
         self._remember(step)
         payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "status": step.status}
         if step.duration_s is not None:
@@ -845,7 +846,7 @@ class StepsExecution:
             skipped.status = Step.Status.SKIPPED
             skipped.error = reason
             skipped.finished_at = step.finished_at
-            self.recorder.step_changed(skipped)
+            self.recorder.step_changed(skipped, "status", "error", "finished_at")
             self.recorder.event(
                 "step_finished", step=skipped_id, tool=skipped.tool, status="skipped", error=reason
             )
@@ -857,7 +858,7 @@ class StepsExecution:
                 step.status = Step.Status.SKIPPED
                 step.error = reason
                 step.finished_at = timezone.now()
-                self.recorder.step_changed(step)
+                self.recorder.step_changed(step, "status", "error", "finished_at")
                 self.recorder.event(
                     "step_finished",
                     step=step.step_id,

@@ -19,21 +19,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from plans.bulk import insert_rows, update_rows
+from plans.bulk import JSONText, insert_rows, update_rows
 from plans.events import append_events
 from plans.leases import Lease
 from plans.models import Approval, ModelCall, Step, ToolCall
-from plans.redaction import redact
-
-STEP_FIELDS = (
-    "status",
-    "resolved_args",
-    "result",
-    "error",
-    "attempts",
-    "started_at",
-    "finished_at",
-)
+from plans.redaction import redact, redacted_json
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
@@ -58,7 +48,7 @@ class RunRecorder:
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self._batch = Batch()
-        self._steps: dict[int, Step] = {}
+        self._steps: dict[int, tuple[Step, set[str]]] = {}  # step id -> (step, changed fields)
         self._oldest: float | None = None  # monotonic time of the oldest unflushed write
         self._writer = _Writer.begin(lease)
 
@@ -76,9 +66,10 @@ class RunRecorder:
         self._touch()
         self._batch.events.append((kind, payload))
 
-    def step_changed(self, step: Step) -> None:
+    def step_changed(self, step: Step, *fields: str) -> None:
+        """These fields of the step changed; their values are read when the batch is taken."""
         self._touch()
-        self._steps[step.pk] = step
+        self._steps.setdefault(step.id, (step, set()))[1].update(fields)
 
     def tool_call(self, **row: Any) -> None:
         """A ToolCall row, given as column attributes (run_id, step_id, ...); text is redacted."""
@@ -122,8 +113,8 @@ class RunRecorder:
         batch, self._batch = self._batch, Batch()
         # Snapshot the steps' fields now: the scheduler keeps changing the objects.
         batch.steps = [
-            {"id": step.pk, **{name: getattr(step, name) for name in STEP_FIELDS}}
-            for step in self._steps.values()
+            {"id": step.id, **{name: getattr(step, name) for name in fields}}
+            for step, fields in self._steps.values()
         ]
         batch.run_fields.update(run_fields or {})
         self._steps = {}
@@ -225,7 +216,8 @@ class _Writer:
             _, self.cancel_requested = append_events(
                 lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
             )
-            update_rows(Step, batch.steps, STEP_FIELDS)
+            for fields, rows in _by_fields(batch.steps).items():
+                update_rows(Step, rows, fields)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
             insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:
@@ -240,7 +232,8 @@ def _merged(batches: list[Batch]) -> Batch:
     steps: dict[int, dict[str, Any]] = {}
     for batch in batches:
         merged.events += batch.events
-        steps.update((step["id"], step) for step in batch.steps)
+        for step in batch.steps:
+            steps.setdefault(step["id"], {}).update(step)
         merged.tool_calls += batch.tool_calls
         merged.model_calls += batch.model_calls
         merged.approvals += batch.approvals
@@ -257,6 +250,19 @@ def _model_call_row(call: ModelCall) -> dict[str, Any]:
     return {f.attname: getattr(call, f.attname) for f in fields}
 
 
+def _by_fields(steps: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Step rows grouped by the fields they set, so each group is one executemany."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for step in steps:
+        fields = tuple(sorted(name for name in step if name != "id"))
+        groups.setdefault(fields, []).append(step)
+    return groups
+
+
 def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:
     # Here rather than when recorded: the writer's thread is off the scheduling path.
-    return {**tool_call, **{name: redact(tool_call[name]) for name in ("args", "result", "error")}}
+    row = {**tool_call, "error": redact(tool_call["error"])}
+    for name in ("args", "result"):
+        if row[name] is not None:  # None stays SQL NULL
+            row[name] = JSONText(redacted_json(row[name])[1])
+    return row

@@ -10,9 +10,11 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from plans.engine import canonical_json
+
 # 13-19 digits, optionally grouped by spaces or dashes; confirmed with the Luhn checksum.
 CARD_NUMBER = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-_WITHOUT_DIGITS = str.maketrans("", "", "0123456789")
+_DIGITS = b"0123456789"
 
 
 def redact(value: Any) -> Any:
@@ -26,14 +28,27 @@ def redact(value: Any) -> Any:
     return value
 
 
+def redacted_json(value: Any) -> tuple[Any, str]:
+    """redact(value), and its canonical JSON text; encoded once when nothing needs redacting.
+
+    Encoding keeps every digit, so JSON text with too few digits for a card number (and no
+    configured patterns) shows that redacting would change nothing, without walking the value.
+    """
+    text = canonical_json(value)
+    if not _might_contain_secrets(text):
+        return value, text
+    value = redact(value)
+    return value, canonical_json(value)
+
+
 def _might_contain_secrets(text: str) -> bool:
     # Cheap pre-check for the common case: fewer than 13 digits and no configured patterns.
     if _patterns():
         return True
     if len(text) < 13:
         return False
-    if text.isascii():
-        return len(text) - len(text.translate(_WITHOUT_DIGITS)) >= 13
+    if text.isascii():  # bytes.translate: a tenth of the time str.translate takes
+        return len(text) - len(text.encode().translate(None, _DIGITS)) >= 13
     return sum(ch.isdigit() for ch in text) >= 13  # \d also matches other scripts' digits
 
 

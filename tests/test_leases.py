@@ -104,7 +104,7 @@ def test_a_worker_that_lost_its_lease_cannot_write_and_nothing_is_stored(run):
 
     step.status = Step.Status.SUCCEEDED
     step.result = "from the stale worker"
-    recorder.step_changed(step)
+    recorder.step_changed(step, "status", "result")
     recorder.event("step_finished", step=1, tool="echo", status="succeeded")
     with pytest.raises(LeaseLost):
         recorder.flush(wait=True)

@@ -3,11 +3,12 @@
 import threading
 
 import pytest
+from django.utils import timezone
 
 from plans.events import LeaseLost
 from plans.execution import advance_run
 from plans.leases import lease_acquire, lease_release
-from plans.models import Run, RunEvent
+from plans.models import Run, RunEvent, Step, ToolCall
 from plans.recorder import Batch, RunRecorder, _merged
 from plans.services.runs import run_create
 
@@ -80,17 +81,53 @@ def test_a_recorder_opened_while_the_threads_writer_is_busy_gets_its_own(author)
 def test_batches_that_queued_up_are_merged_in_order_with_later_values_winning():
     first = Batch(
         events=[("step_started", {"step": 1})],
-        steps=[{"id": 7, "status": "running"}],
+        steps=[{"id": 7, "status": "running", "attempts": 1}],
         run_fields={"status": "running", "round_count": 1},
     )
     second = Batch(
         events=[("step_finished", {"step": 1})],
-        steps=[{"id": 7, "status": "succeeded"}, {"id": 8, "status": "running"}],
+        steps=[{"id": 7, "status": "succeeded", "result": 3}, {"id": 8, "status": "running"}],
         run_fields={"round_count": 2},
     )
 
     merged = _merged([first, second])
 
     assert merged.events == [("step_started", {"step": 1}), ("step_finished", {"step": 1})]
-    assert merged.steps == [{"id": 7, "status": "succeeded"}, {"id": 8, "status": "running"}]
+    assert merged.steps == [
+        {"id": 7, "status": "succeeded", "attempts": 1, "result": 3},
+        {"id": 8, "status": "running"},
+    ]
     assert merged.run_fields == {"status": "running", "round_count": 2}
+
+
+def test_a_batch_writes_only_the_fields_each_step_changed(author):
+    run = run_create(author=author, goal_text="fields", plan_data=PLAN)
+    step = Step.objects.get(plan__run=run)
+    Step.objects.filter(pk=step.pk).update(error="written elsewhere")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    step.status, step.attempts, step.error = Step.Status.RUNNING, 1, "stale in memory"
+    recorder.step_changed(step, "status", "attempts")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    stored = Step.objects.get(pk=step.pk)
+    assert (stored.status, stored.attempts) == (Step.Status.RUNNING, 1)
+    assert stored.error == "written elsewhere"
+
+
+def test_tool_call_values_are_stored_as_json_with_none_kept_as_null(author):
+    run = run_create(author=author, goal_text="json", plan_data=PLAN)
+    step = Step.objects.get(plan__run=run)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    common = {"run_id": run.pk, "step_id": step.pk, "tool": "echo", "idempotency_key": "k"}
+    common.update(started_at=timezone.now(), duration_ms=1.0)
+    recorder.tool_call(**common, attempt=1, args={"text": "é <b>"}, result=[1, 2.5], error="")
+    recorder.tool_call(**common, attempt=2, args={}, result=None, error="timed out")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    first, second = ToolCall.objects.filter(step=step).order_by("attempt")
+    assert (first.args, first.result) == ({"text": "é <b>"}, [1, 2.5])
+    assert (second.args, second.result, second.error) == ({}, None, "timed out")
+    assert ToolCall.objects.filter(step=step, result__isnull=True).get() == second

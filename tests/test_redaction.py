@@ -2,9 +2,10 @@
 
 import pytest
 
+from plans.engine import canonical_json
 from plans.execution import advance_run
 from plans.models import Run, RunEvent, ToolCall
-from plans.redaction import redact
+from plans.redaction import redact, redacted_json
 from plans.services.runs import run_create
 
 CARD = "4111 1111 1111 1111"
@@ -13,6 +14,26 @@ CARD = "4111 1111 1111 1111"
 def test_a_card_number_is_replaced_by_its_last_four_digits():
     assert redact(f"pay with {CARD} now") == "pay with [redacted card ending 1111] now"
     assert redact({"a": ["x 4111-1111-1111-1111"]}) == {"a": ["x [redacted card ending 1111]"]}
+
+
+def test_redacted_json_is_the_canonical_text_of_the_redacted_value():
+    clean = {"b": [1, 2], "a": "née 2026-12-01"}
+    value, text = redacted_json(clean)
+    assert value is clean  # nothing to redact: not walked, not copied
+    assert text == canonical_json(clean)
+
+    value, text = redacted_json({"pay": f"card {CARD}", "n": 12345678901234})
+    assert value == {"pay": "card [redacted card ending 1111]", "n": 12345678901234}
+    assert text == canonical_json(value)
+
+
+def test_redacted_json_applies_configured_patterns_however_few_the_digits(settings):
+    settings.AGENTSITE_REDACTION_PATTERNS = [r"sk-[a-z]{6,}"]
+
+    assert redacted_json({"key": "sk-abcdefgh"}) == (
+        {"key": "[redacted]"},
+        '{"key":"[redacted]"}',
+    )
 
 
 def test_a_long_number_that_fails_the_luhn_check_is_left_alone():

@@ -1,11 +1,16 @@
 """manage.py verify_audit: the hash-chained event log shows any change to stored events."""
 
+import hashlib
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from hypothesis import given
+from hypothesis import strategies as st
 
-from plans.audit import chain_problems
+from plans.audit import chain_problems, event_hash
+from plans.engine import canonical_json
 from plans.execution import advance_run
 from plans.models import Run, RunEvent
 from plans.services.runs import run_create
@@ -78,3 +83,30 @@ def test_events_removed_from_the_end_are_named(run):
 
     assert not ok
     assert "events at the end were removed" in output
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@pytest.mark.django_db(transaction=False)
+@given(payload=st.dictionaries(st.text(), JSON_VALUES, max_size=4), kind=st.text(min_size=1))
+def test_the_event_hash_is_the_hash_of_the_canonical_event_object(payload, kind):
+    at = datetime(2026, 12, 1, 3, 4, 5, 678901, tzinfo=UTC)
+    whole = {"run": 7, "seq": 12, "kind": kind, "payload": payload, "at": at.isoformat()}
+    whole["prev"] = "ab" * 32
+    expected = hashlib.sha256(canonical_json(whole).encode()).hexdigest()
+
+    digest = event_hash(
+        run_id=7,
+        seq=12,
+        kind=kind,
+        payload_json=canonical_json(payload),
+        at=at,
+        prev_hash="ab" * 32,
+    )
+
+    assert digest == expected

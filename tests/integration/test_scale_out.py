@@ -24,6 +24,7 @@ from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from plans.audit import chain_problems
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
@@ -392,6 +393,7 @@ def test_thirty_runs_survive_a_stopped_and_a_killed_worker(
         assert all(len(run_keys) == 2 for run_keys in per_run.values()), per_run
         assert set(keys) == set().union(*per_run.values())
         assert (lost, duplicated) == (0, 0)
+        assert [p for run in Run.objects.filter(pk__in=run_ids) for p in chain_problems(run)] == []
         assert late_stale_writes == 0
         assert interleaved == []
         # The lease may have been renewed just before the kill, and the sweep come just before

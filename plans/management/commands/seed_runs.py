@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from plans.audit import GENESIS, event_hash
 from plans.bulk import insert_rows
-from plans.engine import args_sha256, idempotency_key
+from plans.engine import args_sha256, canonical_json, idempotency_key
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
@@ -380,7 +380,12 @@ def _one_run(
     for seq, (kind, payload, at) in enumerate(events, start=1):
         # The same hash chain plans.events writes, so manage.py verify_audit accepts seeded runs.
         digest = event_hash(
-            run_id=run_id, seq=seq, kind=kind, payload=payload, at=at, prev_hash=prev_hash
+            run_id=run_id,
+            seq=seq,
+            kind=kind,
+            payload_json=canonical_json(payload),
+            at=at,
+            prev_hash=prev_hash,
         )
         rows.add(
             RunEvent,
