@@ -40,6 +40,8 @@ class Batch:
     model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
+    oldest: float | None = None  # monotonic time of its oldest write
+    urgent: bool = False  # someone waits for it: commit without waiting for more
 
 
 class RunRecorder:
@@ -95,6 +97,7 @@ class RunRecorder:
         Returns whether a cancel was requested, as of the last committed batch.
         """
         batch = self._take(run_fields)
+        batch.urgent = wait
         self._writer.submit(batch)
         if wait:
             self._writer.wait_idle()
@@ -117,6 +120,7 @@ class RunRecorder:
             for step, fields in self._steps.values()
         ]
         batch.run_fields.update(run_fields or {})
+        batch.oldest = self._oldest
         self._steps = {}
         self._oldest = None
         return batch
@@ -191,7 +195,12 @@ class _Writer:
             connections.close_all()
 
     def _take_waiting(self) -> list[Batch]:
-        """The next batch and those queued behind it (one transaction); [] to exit when idle."""
+        """The next batches to commit as one transaction; [] to exit when idle.
+
+        Group commit: a batch handed over young (say at the end of a run's steps, just before
+        the answer) waits until its oldest write is FLUSH_DELAY_S old, so the batches that
+        follow share its transaction, unless someone waits for it.
+        """
         try:
             batches = [self._queue.get(timeout=IDLE_EXIT_S)]
         except queue.Empty:
@@ -200,6 +209,13 @@ class _Writer:
                     self._thread = None  # the next submit starts a new thread
                     return []
             batches = [self._queue.get()]
+        oldest = batches[0].oldest
+        due = (oldest if oldest is not None else time.monotonic()) + FLUSH_DELAY_S
+        while not batches[-1].urgent and (left := due - time.monotonic()) > 0:
+            try:
+                batches.append(self._queue.get(timeout=left))
+            except queue.Empty:
+                break
         while not self._queue.empty():
             batches.append(self._queue.get_nowait())
         return batches

@@ -1,16 +1,19 @@
 """The run recorder: batched, lease-fenced writes on a writer thread reused from run to run."""
 
 import threading
+import time
 
 import pytest
 from django.utils import timezone
 
+from plans import recorder as recorder_module
 from plans.events import LeaseLost
 from plans.execution import advance_run
 from plans.leases import lease_acquire, lease_release
 from plans.models import Run, RunEvent, Step, ToolCall
 from plans.recorder import Batch, RunRecorder, _merged
 from plans.services.runs import run_create
+from tests.integration.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,3 +134,41 @@ def test_tool_call_values_are_stored_as_json_with_none_kept_as_null(author):
     assert (first.args, first.result) == ({"text": "é <b>"}, [1, 2.5])
     assert (second.args, second.result, second.error) == ({}, None, "timed out")
     assert ToolCall.objects.filter(step=step, result__isnull=True).get() == second
+
+
+def test_a_young_batch_waits_for_the_next_one_and_they_commit_together(author, monkeypatch):
+    commits = []
+    real_append = recorder_module.append_events
+    monkeypatch.setattr(
+        recorder_module,
+        "append_events",
+        lambda run_id, entries, **kw: (
+            commits.append(list(entries)) or real_append(run_id, entries, **kw)
+        ),
+    )
+    monkeypatch.setattr(recorder_module, "FLUSH_DELAY_S", 0.5)
+    run = run_create(author=author, goal_text="group commit")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    recorder.event("run_status", status="steps done")
+    recorder.flush()  # young: the writer holds it for the next batch
+    time.sleep(0.1)  # long enough to commit it, were it not held
+    recorder.event("run_finished", status="completed")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    assert [[kind for kind, _ in entries] for entries in commits] == [
+        ["run_status", "run_finished"]
+    ]
+
+
+def test_a_batch_nobody_waits_for_is_committed_once_it_is_old_enough(author, monkeypatch):
+    monkeypatch.setattr(recorder_module, "FLUSH_DELAY_S", 0.05)
+    run = run_create(author=author, goal_text="group commit")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    recorder.event("run_status", status="alone")
+    recorder.flush()
+
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind="run_status").exists(), timeout=5)
+    recorder.close()
