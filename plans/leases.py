@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 
+from plans.bulk import field_value
 from plans.models import Run
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,9 @@ def lease_renew(lease: Lease) -> bool:
     ).update(lease_expires_at=now + timedelta(seconds=lease.seconds))
     if renewed != 1:
         lease.lost.set()
-        if not lease.released:
+        # No token at all: the run's own last commit let the lease go (finished or parked)
+        # a moment before its advancer marked it released; nothing went wrong.
+        if not lease.released and field_value(Run, lease.run_id, "lease_token") is not None:
             logger.warning("run %s: lease %s expired or was taken over", lease.run_id, lease.token)
     return renewed == 1
 

@@ -190,3 +190,26 @@ def test_a_lease_let_go_is_no_longer_renewed(run):
     time.sleep(0.5)
 
     assert lease_acquire(run.pk) is not None  # it expired: nobody kept it
+
+
+def test_a_renewal_that_finds_the_lease_let_go_by_its_own_run_says_nothing(run, caplog):
+    lease = lease_acquire(run.pk)
+    # The run's final commit cleared the lease; its advancer has not marked it released yet.
+    Run.objects.filter(pk=run.pk).update(lease_token=None, lease_expires_at=None)
+
+    with caplog.at_level(logging.WARNING, logger="plans.leases"):
+        assert lease_renew(lease) is False
+
+    assert lease.lost.is_set()
+    assert caplog.text == ""
+
+
+def test_a_renewal_that_finds_the_lease_taken_over_warns(run, caplog):
+    lease = lease_acquire(run.pk)
+    expire(run)
+    lease_acquire(run.pk)
+
+    with caplog.at_level(logging.WARNING, logger="plans.leases"):
+        assert lease_renew(lease) is False
+
+    assert f"run {run.pk}: lease {lease.token} expired or was taken over" in caplog.text
