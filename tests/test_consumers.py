@@ -18,6 +18,9 @@ from plans.services.runs import run_create
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
+# Generous: a replay renders the whole timeline, and shared CI machines have slow moments.
+RECEIVE_S = 5
+
 
 @pytest.fixture(autouse=True)
 def offline_model(settings):
@@ -62,14 +65,14 @@ def append(run, *kinds):
 async def following(socket, run):
     """Wait until the consumer follows the run: an event appended now comes back to us."""
     (seq,) = await append(run, "run_status")
-    assert timeline_seqs(await socket.receive_from()) == [seq]
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [seq]
     return seq
 
 
 async def test_a_socket_without_a_signed_in_user_is_closed(finished_run):
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0")
 
-    assert await socket.receive_output() == {"type": "websocket.close", "code": 4401}
+    assert await socket.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4401}
 
 
 async def test_a_socket_for_someone_elses_run_is_closed(finished_run, client, other_author):
@@ -77,7 +80,7 @@ async def test_a_socket_for_someone_elses_run_is_closed(finished_run, client, ot
 
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
 
-    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+    assert await socket.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4403}
 
 
 async def test_a_socket_for_a_run_that_does_not_exist_is_closed(client, author):
@@ -85,7 +88,7 @@ async def test_a_socket_for_a_run_that_does_not_exist_is_closed(client, author):
 
     socket = await open_socket("/ws/runs/999999/?after=0", session)
 
-    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+    assert await socket.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4403}
 
 
 async def test_a_socket_from_another_origin_is_refused(finished_run, client, author):
@@ -108,7 +111,7 @@ async def test_people_who_may_see_all_runs_may_follow_any(finished_run, client, 
 
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
 
-    assert timeline_seqs(await socket.receive_from())
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S))
     await socket.disconnect()
 
 
@@ -119,9 +122,9 @@ async def test_it_replays_exactly_the_events_after_the_seq_the_client_names(
     last = finished_run.last_seq
 
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=3", session)
-    replay = await socket.receive_from()
+    replay = await socket.receive_from(RECEIVE_S)
     (live,) = await append(finished_run, "run_status")
-    after_replay = await socket.receive_from()
+    after_replay = await socket.receive_from(RECEIVE_S)
 
     assert sorted(timeline_seqs(replay)) == list(range(4, last + 1))
     assert f'data-first="4" data-seq="{last}"' in replay
@@ -136,11 +139,11 @@ async def test_a_reconnect_gets_what_was_missed_while_away_and_nothing_twice(
     path = f"/ws/runs/{finished_run.pk}/?after="
 
     first = await open_socket(path + "0", session)
-    seen = timeline_seqs(await first.receive_from())
+    seen = timeline_seqs(await first.receive_from(RECEIVE_S))
     await first.disconnect()
     missed = await append(finished_run, "run_status", "run_status")
     second = await open_socket(path + str(max(seen)), session)
-    replay = await second.receive_from()
+    replay = await second.receive_from(RECEIVE_S)
 
     assert sorted(seen) == list(range(1, finished_run.last_seq + 1))
     assert sorted(timeline_seqs(replay)) == missed
@@ -156,7 +159,7 @@ async def test_a_live_event_arrives_once_even_if_it_is_delivered_twice(
     )
 
     (live,) = await append(finished_run, "run_status")
-    first = await socket.receive_from()
+    first = await socket.receive_from(RECEIVE_S)
     # The same batch again (a publish racing a replay): the consumer has already sent it.
     await get_channel_layer().group_send(
         run_group(finished_run.pk),
@@ -168,7 +171,7 @@ async def test_a_live_event_arrives_once_even_if_it_is_delivered_twice(
         },
     )
     (later,) = await append(finished_run, "run_status")
-    second = await socket.receive_from()
+    second = await socket.receive_from(RECEIVE_S)
 
     assert timeline_seqs(first) == [live]
     assert timeline_seqs(second) == [later]
@@ -188,7 +191,7 @@ async def test_a_gap_in_live_events_is_filled_from_the_log(
     monkeypatch.undo()
 
     (after_gap,) = await append(finished_run, "run_status")
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
 
     assert sorted(timeline_seqs(message)) == [lost, after_gap]
     await socket.disconnect()
@@ -200,7 +203,7 @@ async def test_the_client_can_ask_again_from_a_seq(finished_run, client, author)
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after={last}", session)
 
     await socket.send_json_to({"resume_after": last - 2})
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
 
     assert sorted(timeline_seqs(message)) == [last - 1, last]
     await socket.disconnect()
@@ -218,7 +221,7 @@ async def test_a_lost_last_batch_comes_when_the_client_asks_from_what_it_has(
     lost = await append(finished_run, "run_status", "run_finished")  # nothing comes after it
 
     await socket.send_json_to({"resume_after": shown})
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
 
     assert sorted(timeline_seqs(message)) == lost
     await socket.disconnect()
@@ -227,12 +230,12 @@ async def test_a_lost_last_batch_comes_when_the_client_asks_from_what_it_has(
 async def test_asking_when_nothing_was_missed_sends_nothing(finished_run, client, author):
     session = await database_sync_to_async(session_of)(client, author)
     socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after=0", session)
-    await socket.receive_from()  # the whole log
+    await socket.receive_from(RECEIVE_S)  # the whole log
 
     last = finished_run.last_seq
     await socket.send_json_to({"resume_after": last})
     await socket.send_json_to({"resume_after": last - 1})  # answered in order, after the first
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
 
     assert timeline_seqs(message) == [last]  # the first question got no answer
     await socket.disconnect()
@@ -246,7 +249,7 @@ async def test_answer_tokens_are_appended_escaped(finished_run, client, author):
     await following(socket, finished_run)
 
     publish_text(finished_run.pk, "answer_delta", "<b>92800</b> ")
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
 
     assert message == '<span hx-swap-oob="beforeend:#answer-text">&lt;b&gt;92800&lt;/b&gt; </span>'
     await socket.disconnect()
@@ -260,9 +263,9 @@ async def test_a_step_event_updates_its_row_the_graph_totals_and_status(
         f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq - 1}", session
     )
 
-    message = await socket.receive_from()
+    message = await socket.receive_from(RECEIVE_S)
     with_step = await database_sync_to_async(append_events_with_step)(finished_run)
-    update = await socket.receive_from()
+    update = await socket.receive_from(RECEIVE_S)
 
     assert 'id="run-header"' in message and 'id="run-totals"' in message
     assert timeline_seqs(update) == [with_step]
@@ -294,13 +297,13 @@ async def test_the_badge_socket_sends_reviewers_the_count_and_follows_changes(
 ):
     session = await database_sync_to_async(session_of)(client, reviewer)
     socket = await open_socket("/ws/approvals/", session)
-    initial = await socket.receive_from()
+    initial = await socket.receive_from(RECEIVE_S)
 
     assert await parked_trip(author) == Run.Status.AWAITING_APPROVAL
     await get_channel_layer().group_send(INBOX_GROUP, {"type": "inbox.changed"})
-    updates = [await socket.receive_from()]
+    updates = [await socket.receive_from(RECEIVE_S)]
     while 'data-count="2"' not in updates[-1]:  # the run's own nudge may come first
-        updates.append(await socket.receive_from())
+        updates.append(await socket.receive_from(RECEIVE_S))
 
     assert 'id="pending-count"' in initial and 'data-count="0"' in initial
     assert 'hx-swap-oob="true"' in updates[-1]
@@ -312,7 +315,7 @@ async def test_the_badge_socket_is_for_reviewers_only(client, author):
 
     socket = await open_socket("/ws/approvals/", session)
 
-    assert await socket.receive_output() == {"type": "websocket.close", "code": 4403}
+    assert await socket.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4403}
 
 
 async def test_logging_out_closes_the_users_open_sockets(finished_run, client, author):
