@@ -38,6 +38,8 @@ from plans.engine import (
     check_args,
     idempotency_key,
     resolve,
+    storable,
+    surrogate_in,
 )
 from plans.events import LeaseLost, append_events, publish_text
 from plans.leases import Heartbeat, Lease, lease_acquire, lease_release
@@ -117,7 +119,7 @@ def invoke_tool(
     try:
         result = _jsonable(spec.call(args, idempotency_key=key))
     except Exception as exc:
-        error = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
+        error = storable(str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}")
         retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
         fault = retryable or not isinstance(exc, ToolError)
     finally:
@@ -128,9 +130,12 @@ def invoke_tool(
 
 
 def _jsonable(value: Any) -> Any:
+    """The result as storable JSON data (see plans.engine.text)."""
     if type(value) in _JSON_SCALARS:
-        return value
-    return json.loads(json.dumps(value, default=str))
+        return storable(value)
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    data = json.loads(text)
+    return data if surrogate_in(text) is None else storable(data)
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -285,7 +290,7 @@ class RunAdvancer:
         )
         if completion is None:
             return False
-        self.run.answer = redact(completion.text)
+        self.run.answer = redact(storable(completion.text))
         self.recorder.run_changed(answer=self.run.answer)
         self.recorder.event("answer_finished", text=self.run.answer)
         return True

@@ -80,3 +80,9 @@ def slow_charge(account: str, amount: int, idempotency_key: str) -> dict:
     if created:
         hang_release.wait(1.0)  # the effect is done; the reply is late
     return {"charged": amount, "entry": entry.pk}
+
+
+@tool
+def mangled(text: str) -> dict:
+    """Return the text with an unpaired surrogate appended, as undecodable bytes would be."""
+    return {"text": text + "\udcff", "raw": "\ud800"}

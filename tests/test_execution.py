@@ -160,3 +160,21 @@ def test_a_step_interrupted_by_a_crash_runs_again_with_its_attempt_counted(autho
     assert step.status == "succeeded" and step.attempts == 2
     assert Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED
     assert RunEvent.objects.filter(run=run, kind="run_recovered").exists()
+
+
+def test_a_tool_result_with_an_unpaired_surrogate_is_stored_with_it_escaped(author, settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "mangled", "args": {"text": "ok"}},
+            {"id": 2, "tool": "echo", "args": {"text": "got {{1}}"}, "depends_on": [1]},
+        ]
+    }
+    run = run_create(author=author, goal_text="surrogates", plan_data=plan)
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+
+    steps = {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+    assert steps[1].result == {"text": "ok\\udcff", "raw": "\\ud800"}
+    assert steps[2].result == 'got {"text":"ok\\\\udcff","raw":"\\\\ud800"}'
+    assert ToolCall.objects.get(step=steps[1]).result == steps[1].result

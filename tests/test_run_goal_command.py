@@ -4,7 +4,7 @@ import json
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from plans.models import LedgerEntry, ModelCall, Run, RunEvent, ToolCall
 from tests.engine.engine_catalog import SEED_PLAN
@@ -147,3 +147,32 @@ def test_a_tiny_token_budget_stops_the_run_and_keeps_partial_results(settings, t
     assert out["steps"]["3"]["result"] == 92800  # the work done is kept
     assert out["model_calls"] == 0
     assert "token" in out["error"]
+
+
+def test_a_plan_file_holding_an_unpaired_surrogate_exits_2_naming_it(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    # JSON may spell a lone surrogate; it decodes to text that no database can store.
+    plan_file.write_text(
+        '{"steps": [{"id": 1, "tool": "calculator", "args": {"expression": "1+1 \\ud800"}}]}'
+    )
+
+    code, out = run_goal("surrogate", "--plan-file", str(plan_file))
+
+    assert code == 2
+    assert out["status"] == "invalid_plan"
+    assert out["problems"] == [
+        "step 1: holds text that is not valid Unicode: an unpaired surrogate ('\\ud800')"
+    ]
+    run = Run.objects.get()
+    assert run.status == "invalid_plan"
+    assert "\\ud800" in run.plans.get().raw_output  # kept, written as an escape
+    assert not ToolCall.objects.exists()
+
+
+def test_a_goal_holding_an_unpaired_surrogate_is_refused_and_nothing_is_stored():
+    # What Python makes of undecodable bytes in a command-line argument.
+    refused = r"not valid Unicode: an unpaired surrogate \('\\udcff'\)"
+    with pytest.raises(CommandError, match=refused):
+        call_command("run_goal", "price of \udcff", "--json", stdout=StringIO())
+
+    assert not Run.objects.exists()

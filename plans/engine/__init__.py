@@ -24,6 +24,7 @@ from plans.engine.policies import (
 )
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import PLACEHOLDER, UnresolvedPlaceholder, placeholder_refs, resolve
+from plans.engine.text import storable, surrogate_in
 from plans.engine.validation import ToolSignature, validate_plan
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "placeholder_refs",
     "resolve",
     "rounds",
+    "storable",
+    "surrogate_in",
     "topological_order",
     "validate_plan",
 ]

@@ -180,9 +180,9 @@ def plan_store(
             version=latest + 1,
             parent=parent,
             source=source,
-            raw_output=raw_output,
+            raw_output=engine.storable(raw_output),
             is_valid=plan is not None,
-            problems=problems,
+            problems=engine.storable(problems),
         )
         run_fields: dict[str, Any] = {}
         if plan is not None:
@@ -215,13 +215,16 @@ def plan_store(
             ]
         else:
             events = [
-                ("plan_invalid", {"version": row.version, "source": source, "problems": problems})
+                (
+                    "plan_invalid",
+                    {"version": row.version, "source": source, "problems": row.problems},
+                )
             ]
             if ends_run_if_invalid:
                 run_fields.update(
                     status=Run.Status.INVALID_PLAN,
                     finished_at=timezone.now(),
-                    error="; ".join(problems),
+                    error="; ".join(row.problems),
                 )
                 events.append(("run_finished", {"status": Run.Status.INVALID_PLAN}))
         append_events(

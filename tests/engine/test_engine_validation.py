@@ -342,3 +342,14 @@ def test_a_plan_refuses_duplicate_step_ids_and_names_a_missing_step():
         Plan(steps=(PlanStep(1, "noop", {}, ()), PlanStep(1, "noop", {}, ())))
     with pytest.raises(KeyError, match="no step 9"):
         Plan(steps=(PlanStep(1, "noop", {}, ()),)).step(9)
+
+
+def test_a_step_holding_an_unpaired_surrogate_is_refused_naming_it():
+    data = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone \udc80"}}]}
+
+    with pytest.raises(PlanInvalid) as invalid:
+        validate_plan(data, CATALOG, max_steps=None)
+
+    assert [str(p) for p in invalid.value.problems] == [
+        "step 1: holds text that is not valid Unicode: an unpaired surrogate ('\\udc80')"
+    ]
