@@ -39,7 +39,7 @@ from plans.engine import (
     idempotency_key,
     resolve,
     storable,
-    surrogate_in,
+    unstorable_in,
 )
 from plans.events import LeaseLost, append_events, publish_text
 from plans.leases import Heartbeat, Lease, lease_acquire, lease_release
@@ -135,7 +135,7 @@ def _jsonable(value: Any) -> Any:
         return storable(value)
     text = json.dumps(value, default=str, ensure_ascii=False)
     data = json.loads(text)
-    return data if surrogate_in(text) is None else storable(data)
+    return data if unstorable_in(text) is None else storable(data)
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -84,5 +84,5 @@ def slow_charge(account: str, amount: int, idempotency_key: str) -> dict:
 
 @tool
 def mangled(text: str) -> dict:
-    """Return the text with an unpaired surrogate appended, as undecodable bytes would be."""
-    return {"text": text + "\udcff", "raw": "\ud800"}
+    """Return the text with an unpaired surrogate (as from undecodable bytes) and a NUL."""
+    return {"text": text + "\udcff", "raw": "\ud800\x00"}

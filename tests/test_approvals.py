@@ -127,6 +127,22 @@ def test_an_edit_that_breaks_the_tool_schema_is_refused_and_changes_nothing(auth
     assert RunEvent.objects.filter(run=run).count() == events_before
 
 
+def test_an_edit_holding_text_that_cannot_be_stored_is_refused_naming_it(author, reviewer):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+
+    with pytest.raises(ApprovalRefused, match=r"cannot be stored: a NUL character"):
+        approval_decide(
+            approval=approval,
+            reviewer=reviewer,
+            approve=True,
+            edited_args={"order_id": "A-1001", "amount_inr": 10, "reason": "x\x00y"},
+        )
+
+    approval.refresh_from_db()
+    assert approval.decision == "pending"
+
+
 def test_it_refuses_the_authors_own_approval_under_four_eyes(author):
     from django.contrib.auth.models import Permission
 

@@ -162,7 +162,7 @@ def test_a_step_interrupted_by_a_crash_runs_again_with_its_attempt_counted(autho
     assert RunEvent.objects.filter(run=run, kind="run_recovered").exists()
 
 
-def test_a_tool_result_with_an_unpaired_surrogate_is_stored_with_it_escaped(author, settings):
+def test_a_tool_result_with_unstorable_characters_is_stored_with_them_escaped(author, settings):
     settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
     plan = {
         "steps": [
@@ -175,6 +175,6 @@ def test_a_tool_result_with_an_unpaired_surrogate_is_stored_with_it_escaped(auth
     assert advance_run(run.pk) == Run.Status.COMPLETED
 
     steps = {s.step_id: s for s in Step.objects.filter(plan__run=run)}
-    assert steps[1].result == {"text": "ok\\udcff", "raw": "\\ud800"}
-    assert steps[2].result == 'got {"text":"ok\\\\udcff","raw":"\\\\ud800"}'
+    assert steps[1].result == {"text": "ok\\udcff", "raw": "\\ud800\\u0000"}
+    assert steps[2].result == 'got {"text":"ok\\\\udcff","raw":"\\\\ud800\\\\u0000"}'
     assert ToolCall.objects.get(step=steps[1]).result == steps[1].result

@@ -161,7 +161,7 @@ def test_a_plan_file_holding_an_unpaired_surrogate_exits_2_naming_it(tmp_path):
     assert code == 2
     assert out["status"] == "invalid_plan"
     assert out["problems"] == [
-        "step 1: holds text that is not valid Unicode: an unpaired surrogate ('\\ud800')"
+        "step 1: holds text that cannot be stored: an unpaired surrogate ('\\ud800')"
     ]
     run = Run.objects.get()
     assert run.status == "invalid_plan"
@@ -171,8 +171,20 @@ def test_a_plan_file_holding_an_unpaired_surrogate_exits_2_naming_it(tmp_path):
 
 def test_a_goal_holding_an_unpaired_surrogate_is_refused_and_nothing_is_stored():
     # What Python makes of undecodable bytes in a command-line argument.
-    refused = r"not valid Unicode: an unpaired surrogate \('\\udcff'\)"
+    refused = r"cannot be stored: an unpaired surrogate \('\\udcff'\)"
     with pytest.raises(CommandError, match=refused):
         call_command("run_goal", "price of \udcff", "--json", stdout=StringIO())
 
     assert not Run.objects.exists()
+
+
+def test_a_plan_file_holding_a_nul_character_exits_2_naming_it(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text('{"steps": [{"id": 1, "tool": "price", "args": {"item": "a\\u0000b"}}]}')
+
+    code, out = run_goal("nul", "--plan-file", str(plan_file))
+
+    assert code == 2
+    assert out["problems"] == [
+        "step 1: holds text that cannot be stored: a NUL character ('\\x00')"
+    ]

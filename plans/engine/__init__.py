@@ -24,7 +24,7 @@ from plans.engine.policies import (
 )
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import PLACEHOLDER, UnresolvedPlaceholder, placeholder_refs, resolve
-from plans.engine.text import storable, surrogate_in
+from plans.engine.text import storable, unstorable_in
 from plans.engine.validation import ToolSignature, validate_plan
 
 __all__ = [
@@ -60,7 +60,7 @@ __all__ = [
     "resolve",
     "rounds",
     "storable",
-    "surrogate_in",
     "topological_order",
+    "unstorable_in",
     "validate_plan",
 ]

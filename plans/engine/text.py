@@ -1,8 +1,8 @@
-"""Text every database can store: Unicode without unpaired surrogates.
+"""Text every database can store: no unpaired surrogates, no NUL characters.
 
-JSON may spell a lone surrogate ("\\ud800") and Python keeps it in a str, but it has no UTF-8
-encoding, so storing it fails. Untrusted text (plans, tool results, model output) goes through
-here before it is stored.
+JSON may spell both ("\\ud800", "\\u0000") and Python keeps them in a str, but a lone surrogate
+has no UTF-8 encoding and PostgreSQL refuses NUL in text and jsonb, so storing either fails.
+Untrusted text (goals, plans, tool results, model output) goes through here before it is stored.
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def surrogate_in(value: Any) -> str | None:
-    """An unpaired surrogate in value's text (dict keys included), or None."""
+def unstorable_in(value: Any) -> str | None:
+    """A description of one character in value's text (dict keys included) that cannot be
+    stored, such as "an unpaired surrogate ('\\ud800')", or None if there is none."""
     pending = [value]
     while pending:  # a stack: values from outside may be nested arbitrarily deep
         item = pending.pop()
         if isinstance(item, str):
-            if not _encodable(item):
-                return next(ch for ch in item if "\ud800" <= ch <= "\udfff")
+            if not _storable_text(item):
+                return _describe(item)
         elif isinstance(item, dict):
             pending.extend(item.keys())
             pending.extend(item.values())
@@ -27,11 +28,12 @@ def surrogate_in(value: Any) -> str | None:
 
 
 def storable(value: Any) -> Any:
-    """value with each unpaired surrogate in its text written out as an escape: \\ud800."""
+    """value with each character that cannot be stored written out as its escape (\\ud800)."""
     if isinstance(value, str):
-        if _encodable(value):
+        if _storable_text(value):
             return value
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        escaped = value.replace("\x00", "\\u0000")
+        return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, dict):
         return {storable(key): storable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -39,7 +41,9 @@ def storable(value: Any) -> Any:
     return value
 
 
-def _encodable(text: str) -> bool:
+def _storable_text(text: str) -> bool:
+    if "\x00" in text:
+        return False
     if text.isascii():
         return True
     try:
@@ -47,3 +51,10 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _describe(text: str) -> str:
+    if "\x00" in text:
+        return "a NUL character ('\\x00')"
+    surrogate = next(ch for ch in text if "\ud800" <= ch <= "\udfff")
+    return f"an unpaired surrogate ({surrogate!r})"

@@ -17,7 +17,7 @@ from plans.engine.argschema import check_args, json_type_name
 from plans.engine.graph import describe_cycle, find_cycles
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanStep, Problem
 from plans.engine.substitution import placeholder_refs
-from plans.engine.text import surrogate_in
+from plans.engine.text import unstorable_in
 
 _BRIEF_CHARS = 40
 
@@ -111,13 +111,9 @@ def _read_step(raw: Any, position: int, catalog: Mapping[str, ToolSignature]) ->
         draft.problems.append(draft.problem(f"a step must be an object, got {json_type_name(raw)}"))
         return draft
     _read_id(draft, raw)
-    surrogate = surrogate_in(raw)
-    if surrogate is not None:
-        draft.problems.append(
-            draft.problem(
-                f"holds text that is not valid Unicode: an unpaired surrogate ({surrogate!r})"
-            )
-        )
+    unstorable = unstorable_in(raw)
+    if unstorable is not None:
+        draft.problems.append(draft.problem(f"holds text that cannot be stored: {unstorable}"))
     _read_tool(draft, raw, catalog)
     _read_args(draft, raw, catalog)
     _read_depends_on(draft, raw)

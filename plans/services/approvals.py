@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from plans.engine import args_sha256, check_args
+from plans.engine import args_sha256, check_args, unstorable_in
 from plans.events import INBOX_GROUP, append_events, group_send
 from plans.models import Approval, Plan, Run, Step
 from plans.tools import get_registry
@@ -320,6 +320,9 @@ def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     if spec is None:
         raise ApprovalRefused(f"Tool {tool!r} is no longer registered.")
     problems = check_args(spec.schema, dict(args))
+    unstorable = unstorable_in(args)
+    if unstorable is not None:
+        problems.append(f"they hold text that cannot be stored: {unstorable}")
     if problems:
         raise ApprovalRefused("The edited arguments are invalid: " + "; ".join(problems) + ".")
     return dict(args)

@@ -25,11 +25,9 @@ def goal_clean(text: str) -> str:
     text = (text or "").strip()
     if not text:
         raise GoalRejected("The goal is empty: say what you want the agent to do.")
-    surrogate = engine.surrogate_in(text)
-    if surrogate is not None:
-        raise GoalRejected(
-            f"The goal holds text that is not valid Unicode: an unpaired surrogate ({surrogate!r})."
-        )
+    unstorable = engine.unstorable_in(text)
+    if unstorable is not None:
+        raise GoalRejected(f"The goal holds text that cannot be stored: {unstorable}.")
     if len(text) > GOAL_MAX_CHARS:
         raise GoalRejected(
             f"The goal is {len(text)} characters long; the limit is {GOAL_MAX_CHARS}."

@@ -351,5 +351,5 @@ def test_a_step_holding_an_unpaired_surrogate_is_refused_naming_it():
         validate_plan(data, CATALOG, max_steps=None)
 
     assert [str(p) for p in invalid.value.problems] == [
-        "step 1: holds text that is not valid Unicode: an unpaired surrogate ('\\udc80')"
+        "step 1: holds text that cannot be stored: an unpaired surrogate ('\\udc80')"
     ]
