@@ -348,8 +348,9 @@ class RunAdvancer:
             completion = get_model().complete(request, on_text=on_text)
         except ModelError as exc:
             latency = int((time.perf_counter() - started) * 1000)
-            self._record_model_call(request, None, prices, latency_ms=latency, error=str(exc))
-            self.run.error = f"model call for {request.purpose} failed: {exc}"
+            message = storable(str(exc))  # may quote the provider's reply
+            self._record_model_call(request, None, prices, latency_ms=latency, error=message)
+            self.run.error = f"model call for {request.purpose} failed: {message}"
             self.recorder.run_changed(error=self.run.error)
             self._finish(Run.Status.FAILED)
             return None
