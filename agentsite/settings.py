@@ -258,6 +258,9 @@ AGENTSITE_MODEL_CALLS_BURST = int(os.environ.get("AGENTSITE_MODEL_CALLS_BURST", 
 AGENTSITE_RATE_LIMIT_PATIENCE_S = float(os.environ.get("AGENTSITE_RATE_LIMIT_PATIENCE_S", "30"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+# A larger result (as JSON text) fails its step: it would be stored three times, pushed to
+# every watching browser and put into the answer prompt.
+AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))
 # Retries of errors a tool declares retryable: exponential backoff with full jitter.
 AGENTSITE_TOOL_MAX_ATTEMPTS = int(os.environ.get("AGENTSITE_TOOL_MAX_ATTEMPTS", "3"))
 AGENTSITE_TOOL_RETRY_BASE_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_BASE_S", "0.5"))

@@ -117,7 +117,13 @@ def invoke_tool(
     error = ""
     retryable = fault = False
     try:
-        result = _jsonable(spec.call(args, idempotency_key=key))
+        result, size = _jsonable(spec.call(args, idempotency_key=key))
+        if size > settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:
+            result = None
+            raise ToolError(
+                f"the result is too large: {size:,} characters of JSON, at most "
+                f"{settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:,} (AGENTSITE_TOOL_RESULT_MAX_CHARS)"
+            )
     except Exception as exc:
         error = storable(str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}")
         retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
@@ -129,13 +135,13 @@ def invoke_tool(
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
 
 
-def _jsonable(value: Any) -> Any:
-    """The result as storable JSON data (see plans.engine.text)."""
+def _jsonable(value: Any) -> tuple[Any, int]:
+    """The result as storable JSON data (see plans.engine.text), and its length as JSON text."""
     if type(value) in _JSON_SCALARS:
-        return storable(value)
+        return storable(value), len(value) if isinstance(value, str) else 0
     text = json.dumps(value, default=str, ensure_ascii=False)
     data = json.loads(text)
-    return data if unstorable_in(text) is None else storable(data)
+    return (data if unstorable_in(text) is None else storable(data)), len(text)
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -86,3 +86,9 @@ def slow_charge(account: str, amount: int, idempotency_key: str) -> dict:
 def mangled(text: str) -> dict:
     """Return the text with an unpaired surrogate (as from undecodable bytes) and a NUL."""
     return {"text": text + "\udcff", "raw": "\ud800\x00"}
+
+
+@tool
+def bulky(chars: int) -> dict:
+    """Return a result whose JSON text is a little longer than chars."""
+    return {"text": "x" * chars}

@@ -178,3 +178,26 @@ def test_a_tool_result_with_unstorable_characters_is_stored_with_them_escaped(au
     assert steps[1].result == {"text": "ok\\udcff", "raw": "\\ud800\\u0000"}
     assert steps[2].result == 'got {"text":"ok\\\\udcff","raw":"\\\\ud800\\\\u0000"}'
     assert ToolCall.objects.get(step=steps[1]).result == steps[1].result
+
+
+def test_a_result_larger_than_the_limit_fails_its_step_saying_so(author, settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    settings.AGENTSITE_TOOL_RESULT_MAX_CHARS = 1000
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "bulky", "args": {"chars": 980}},
+            {"id": 2, "tool": "bulky", "args": {"chars": 1000}},
+        ]
+    }
+    run = run_create(author=author, goal_text="big results", plan_data=plan)
+
+    advance_run(run.pk)
+
+    steps = {s.step_id: s for s in Step.objects.filter(plan__run=run)}
+    assert steps[1].status == Step.Status.SUCCEEDED
+    assert steps[2].status == Step.Status.FAILED and steps[2].result is None
+    assert steps[2].error == (
+        "the result is too large: 1,012 characters of JSON, at most 1,000 "
+        "(AGENTSITE_TOOL_RESULT_MAX_CHARS)"
+    )
+    assert ToolCall.objects.get(step=steps[2]).error == steps[2].error
