@@ -188,3 +188,25 @@ def test_a_plan_file_holding_a_nul_character_exits_2_naming_it(tmp_path):
     assert out["problems"] == [
         "step 1: holds text that cannot be stored: a NUL character ('\\x00')"
     ]
+
+
+@pytest.mark.parametrize(
+    ("write", "refusal"),
+    [
+        (None, r"plan file .*missing\.json does not exist"),
+        (b'{"steps": [\xff]}', r"is not UTF-8 text: byte 0xff at offset 11"),
+        (b'{"steps": [}', r"is not valid JSON: Expecting value at line 1 column 12"),
+        ("directory", r"cannot be read: Is a directory"),
+    ],
+)
+def test_a_plan_file_that_cannot_be_read_is_refused_saying_why(tmp_path, write, refusal):
+    path = tmp_path / "missing.json"
+    if write == "directory":
+        path.mkdir()
+    elif write is not None:
+        path.write_bytes(write)
+
+    with pytest.raises(CommandError, match=refusal):
+        call_command("run_goal", "x", "--plan-file", str(path), "--json", stdout=StringIO())
+
+    assert not Run.objects.exists()

@@ -131,6 +131,13 @@ def _read_plan_file(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as error:
         raise CommandError(f"plan file {path} does not exist") from error
+    except UnicodeDecodeError as error:
+        raise CommandError(
+            f"plan file {path} is not UTF-8 text: byte {error.object[error.start]:#04x} "
+            f"at offset {error.start}"
+        ) from error
+    except OSError as error:
+        raise CommandError(f"plan file {path} cannot be read: {error.strerror}") from error
     except json.JSONDecodeError as error:
         raise CommandError(
             f"plan file {path} is not valid JSON: {error.msg} at line {error.lineno} "
