@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.roles import roles_ensure
 
@@ -34,6 +34,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo-users", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["workers"] < 0:
+            raise CommandError(f"--workers must be 0 or more, got {options['workers']}")
+        if not 0 <= options["port"] <= 65535:
+            raise CommandError(f"--port must be from 0 to 65535, got {options['port']}")
         call_command("migrate", interactive=False, verbosity=0)
         roles_ensure()
         if not options["no_demo_users"]:
