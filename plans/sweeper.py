@@ -69,10 +69,17 @@ def sweep_once() -> list[int]:
         for run_id in requeue:
             advance_run_task.enqueue(run_id)
     if stuck:
-        logger.warning("sweeper: tasks of runs %s were left running by a lost worker", stuck)
+        runs = _brief([run_id for _, run_id in stuck])
+        logger.warning("sweeper: tasks of runs %s were left running by a lost worker", runs)
     if requeue:
-        logger.warning("sweeper re-queued runs %s", requeue)
+        logger.warning("sweeper re-queued %d run(s): %s", len(requeue), _brief(requeue))
     return requeue
+
+
+def _brief(run_ids: list[int], shown: int = 20) -> str:
+    """The first run ids, and how many more: a log line stays readable after a big outage."""
+    text = ", ".join(str(run_id) for run_id in run_ids[:shown])
+    return text if len(run_ids) <= shown else f"{text} and {len(run_ids) - shown:,} more"
 
 
 def sweep_delay(now: datetime | None = None) -> float:

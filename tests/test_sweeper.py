@@ -1,5 +1,6 @@
 """The sweeper: which runs it queues again, which tasks it marks lost, and what it leaves."""
 
+import logging
 import threading
 import time
 import uuid
@@ -91,6 +92,22 @@ def test_a_run_whose_lease_expired_is_queued_again_once(author):
     assert sweep_once() == [run.pk]
     assert sweep_once() == []
     assert queued_run_ids() == [run.pk]
+
+
+def test_a_big_requeue_is_logged_as_a_count_and_the_first_ids(author, caplog):
+    expired = timezone.now() - timedelta(seconds=1)
+    runs = [
+        echo_run(
+            author, status=Run.Status.RUNNING, lease_token=uuid.uuid4(), lease_expires_at=expired
+        )
+        for _ in range(23)
+    ]
+
+    with caplog.at_level(logging.WARNING, logger="plans.sweeper"):
+        assert sweep_once() == [run.pk for run in runs]
+
+    first = ", ".join(str(run.pk) for run in runs[:20])
+    assert f"sweeper re-queued 23 run(s): {first} and 3 more" in caplog.text
 
 
 def test_a_run_whose_worker_renews_its_lease_is_left_alone(author):
