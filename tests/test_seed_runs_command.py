@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from plans.audit import chain_problems
 from plans.models import Approval, ModelCall, Run, Step, ToolCall
+from plans.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +56,13 @@ def test_seeded_runs_render_on_the_list_audit_and_costs_pages(client, operator):
 def test_it_refuses_a_count_below_one():
     with pytest.raises(CommandError, match="positive"):
         call_command("seed_runs", "0", stdout=StringIO())
+
+
+def test_a_sweeper_finds_nothing_to_take_over_or_expire_in_seeded_runs(settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    call_command("seed_runs", "300", "--days", "30", stdout=StringIO())
+
+    assert not Run.objects.filter(status__in=[Run.Status.RUNNING, Run.Status.PLANNING]).exists()
+    assert Approval.objects.filter(decision="pending").exists()
+    assert sweep_once() == []
+    assert not Approval.objects.filter(decision="expired").exists()

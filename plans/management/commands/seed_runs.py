@@ -44,9 +44,10 @@ STATUS_WEIGHTS = {
     Run.Status.INVALID_PLAN: 4,
     Run.Status.BUDGET_EXHAUSTED: 3,
     Run.Status.CANCELLED: 3,
-    Run.Status.AWAITING_APPROVAL: 3,
-    Run.Status.RUNNING: 2,
-    Run.Status.PLANNING: 2,
+    # Parked, as a waiting run is: nothing runs until a reviewer decides. No run is seeded
+    # running or planning: without a live worker's lease, a worker would take it over as a
+    # crashed run's leftover and carry it on.
+    Run.Status.AWAITING_APPROVAL: 7,
 }
 REJECT_REASONS = ["amount looks wrong", "customer already refunded", "dates need checking"]
 
@@ -280,8 +281,12 @@ def _one_run(
     if status == Run.Status.BLOCKED and not destructive:
         status = Run.Status.FAILED
     if status == Run.Status.AWAITING_APPROVAL and not destructive:
-        status = Run.Status.RUNNING
-    created_at = now - timedelta(seconds=rng.uniform(60, days * 86400))
+        status = Run.Status.COMPLETED
+    oldest_s = days * 86400
+    if status == Run.Status.AWAITING_APPROVAL:
+        # Still waiting: younger than the approval time limit, or the sweeper would expire it.
+        oldest_s = min(oldest_s, settings.AGENTSITE_APPROVAL_TTL_S / 2)
+    created_at = now - timedelta(seconds=rng.uniform(60, max(oldest_s, 61)))
     goal_id, run_id = ids(Goal), ids(Run)
     rows.add(
         Goal,
@@ -336,44 +341,41 @@ def _one_run(
     answer = error = ""
     rounds = 0
     tools_used: list[str] = []
-    if status == Run.Status.PLANNING:
-        started_at = None
+    clock = started_at + timedelta(milliseconds=rng.randint(800, 4000))
+    model_call("plan", clock, rng.randint(1500, 3200), rng.randint(120, 420))
+    plan_id = ids(Plan)
+    valid = status != Run.Status.INVALID_PLAN
+    rows.add(
+        Plan,
+        {
+            "id": plan_id,
+            "run_id": run_id,
+            "version": 1,
+            "parent_id": None,
+            "source": "planner",
+            "raw_output": "" if not valid else '{"steps": [...]}',
+            "is_valid": valid,
+            "problems": [] if valid else ["step 2: unknown tool 'teleport' (allowed: price)"],
+            "created_at": clock,
+        },
+    )
+    if not valid:
+        error = "step 2: unknown tool 'teleport' (allowed: price)"
+        events.append(("plan_invalid", {"version": 1, "problems": [error]}, clock))
+        finished_at = clock
     else:
-        clock = started_at + timedelta(milliseconds=rng.randint(800, 4000))
-        model_call("plan", clock, rng.randint(1500, 3200), rng.randint(120, 420))
-        plan_id = ids(Plan)
-        valid = status != Run.Status.INVALID_PLAN
-        rows.add(
-            Plan,
-            {
-                "id": plan_id,
-                "run_id": run_id,
-                "version": 1,
-                "parent_id": None,
-                "source": "planner",
-                "raw_output": "" if not valid else '{"steps": [...]}',
-                "is_valid": valid,
-                "problems": [] if valid else ["step 2: unknown tool 'teleport' (allowed: price)"],
-                "created_at": clock,
-            },
-        )
-        if not valid:
-            error = "step 2: unknown tool 'teleport' (allowed: price)"
-            events.append(("plan_invalid", {"version": 1, "problems": [error]}, clock))
-            finished_at = clock
-        else:
-            tools_used = sorted({spec[1] for spec in specs})
-            events.append(("plan_created", {"version": 1, "source": "planner"}, clock))
-            events.append(("run_started", {}, clock))
-            clock, rounds = _steps(rows, ids, rng, status, specs, run_id, plan_id, clock)
-            if status in (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.BLOCKED):
-                clock += timedelta(milliseconds=rng.randint(600, 5000))
-                model_call("answer", clock, rng.randint(900, 2600), rng.randint(90, 520))
-                answer = f"Done: {goal_text}."
-            if status == Run.Status.BUDGET_EXHAUSTED:
-                error = "The next model call would exceed the run's budget of $0.50."
-            if status in Run.TERMINAL:
-                finished_at = clock + timedelta(milliseconds=rng.randint(5, 80))
+        tools_used = sorted({spec[1] for spec in specs})
+        events.append(("plan_created", {"version": 1, "source": "planner"}, clock))
+        events.append(("run_started", {}, clock))
+        clock, rounds = _steps(rows, ids, rng, status, specs, run_id, plan_id, clock)
+        if status in (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.BLOCKED):
+            clock += timedelta(milliseconds=rng.randint(600, 5000))
+            model_call("answer", clock, rng.randint(900, 2600), rng.randint(90, 520))
+            answer = f"Done: {goal_text}."
+        if status == Run.Status.BUDGET_EXHAUSTED:
+            error = "The next model call would exceed the run's budget of $0.50."
+        if status in Run.TERMINAL:
+            finished_at = clock + timedelta(milliseconds=rng.randint(5, 80))
     if finished_at:
         events.append(("run_finished", {"status": status}, finished_at))
     prev_hash = GENESIS
@@ -459,7 +461,7 @@ def _steps(
             state = "succeeded"
             reason = ""
             if any(o != "succeeded" for o in upstream):
-                waiting = any(o in ("pending", "awaiting_approval", "running") for o in upstream)
+                waiting = any(o in ("pending", "awaiting_approval") for o in upstream)
                 state = "pending" if waiting else "skipped"
                 if not waiting:
                     reason = f"skipped: depends on step {deps[0]}, which did not succeed"
@@ -469,15 +471,13 @@ def _steps(
                 state, reason = "blocked", rng.choice(REJECT_REASONS)
             elif status == Run.Status.AWAITING_APPROVAL and step_id == first_destructive:
                 state = "awaiting_approval"
-            elif status == Run.Status.RUNNING:
-                state = "running" if round_no == 1 else "pending"
             elif status == Run.Status.CANCELLED and round_no > 1:
                 state, reason = "skipped", "skipped: the run was cancelled"
             outcome[step_id] = state
-            ran = state in ("succeeded", "failed", "running")
+            ran = state in ("succeeded", "failed")
             took = timedelta(milliseconds=rng.randint(15, 900))
             step_start = clock + timedelta(milliseconds=rng.randint(1, 30)) if ran else None
-            step_end = step_start + took if step_start and state != "running" else None
+            step_end = step_start + took if step_start else None
             if step_end:
                 round_end = max(round_end, step_end)
             row_id = ids(Step)
@@ -539,7 +539,7 @@ def _steps(
                     },
                 )
         started = [outcome[spec[0]] for spec in specs if depth[spec[0]] == round_no]
-        if any(state in ("succeeded", "failed", "running") for state in started):
+        if any(state in ("succeeded", "failed") for state in started):
             rounds_run = round_no
         clock = round_end
     return clock, rounds_run
