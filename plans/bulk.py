@@ -4,7 +4,7 @@ The ORM builds and compiles a query (or a model instance per row) on every call;
 executor's path that costs far more than the database does (~400 us against ~20 us here).
 Statements here are built once per model and field list, and values are prepared by the
 fields' own database conversion, skipped only where the value is already what the driver
-takes (str, int, bool, None into plain columns).
+takes (str, int, bool, None into plain columns) or is JSON encoded already (JSONText).
 """
 
 from __future__ import annotations
