@@ -115,6 +115,9 @@ TEMPLATES = [
 
 # Database: SQLite in WAL mode by default (readers never block the run's writer);
 # AGENTSITE_DATABASE_URL=postgres://user:pass@host:port/name for scale-out.
+# A run's lease: a worker silent this long is replaced (also bounds idle transactions below).
+AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))
+
 DATABASE_URL = os.environ.get("AGENTSITE_DATABASE_URL", "")
 if DATABASE_URL:
     from urllib.parse import unquote, urlparse
@@ -135,7 +138,7 @@ if DATABASE_URL:
                 # A stalled process (paused, partitioned) must not hold row locks or the
                 # sweeper's lock longer than a run lease: the server ends its session.
                 "options": "-c idle_in_transaction_session_timeout="
-                + str(int(float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15")) * 1000)),
+                + str(int(AGENTSITE_LEASE_SECONDS * 1000)),
             },
         }
     }
@@ -275,4 +278,3 @@ AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
-AGENTSITE_LEASE_SECONDS = float(os.environ.get("AGENTSITE_LEASE_SECONDS", "15"))

@@ -440,7 +440,7 @@ class StepsExecution:
         self.call_hashes: dict[int, str] = {}  # step id -> args_sha256 of its call
         self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
-        self.reusable = _results_of_earlier_versions(plan_row) if plan_row.version > 1 else {}
+        self.reusable = _results_of_earlier_versions(plan_row)
         # Both only matter to destructive steps; a plan without any skips the queries.
         has_destructive = any(step.destructive for step in steps.values())
         # Keys of destructive calls this run made: key -> the step that first used it.
@@ -917,6 +917,8 @@ def _step_json(step: Step) -> dict[str, Any]:
 
 def _results_of_earlier_versions(plan_row: PlanRow) -> dict[str, tuple[Any, str]]:
     """Succeeded calls of the run's earlier plan versions: args hash -> (result, origin)."""
+    if plan_row.version == 1:
+        return {}  # no earlier version: no query
     earlier = Step.objects.filter(
         plan__run_id=plan_row.run_id,
         plan__version__lt=plan_row.version,

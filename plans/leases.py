@@ -8,6 +8,7 @@ other worker has taken the run yet.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -61,27 +62,34 @@ def lease_acquire(run_id: int, *, seconds: float | None = None) -> Lease | None:
 def _take_if_free(run_id: int, token: uuid.UUID, now: datetime, expires_at: datetime) -> int:
     """Rows updated (0 or 1) by taking an unfinished run's lease that is free or expired.
 
-    As SQL, not the ORM: it starts every advance, and building the query cost more than
-    running it.
+    As SQL built once, not the ORM: it starts every advance, and building the query cost more
+    than running it.
     """
-    connection = connections[router.db_for_write(Run)]
-    quote = connection.ops.quote_name
-    fields = {name: Run._meta.get_field(name) for name in ("lease_token", "lease_expires_at")}
-    token_col, expiry_col = (quote(field.column) for field in fields.values())
-    id_col, status_col = quote(Run._meta.pk.column), quote(Run._meta.get_field("status").column)
-    terminal = ", ".join(["%s"] * len(Run.TERMINAL))
-    sql = (
-        f"UPDATE {quote(Run._meta.db_table)} SET {token_col} = %s, {expiry_col} = %s "  # noqa: S608
-        f"WHERE {id_col} = %s AND {status_col} NOT IN ({terminal}) "
-        f"AND ({token_col} IS NULL OR {expiry_col} < %s)"
-    )
-    prepare_token = fields["lease_token"].get_db_prep_save
-    prepare_time = fields["lease_expires_at"].get_db_prep_save
+    alias = router.db_for_write(Run)
+    connection = connections[alias]
+    prepare_token = Run._meta.get_field("lease_token").get_db_prep_save
+    prepare_time = Run._meta.get_field("lease_expires_at").get_db_prep_save
     params = [prepare_token(token, connection), prepare_time(expires_at, connection), run_id]
     params += [str(status) for status in Run.TERMINAL] + [prepare_time(now, connection)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_take_if_free_sql(alias), params)
         return cursor.rowcount
+
+
+@functools.cache
+def _take_if_free_sql(alias: str) -> str:
+    """params: token, expiry, run id, each terminal status, now."""
+    quote = connections[alias].ops.quote_name
+    meta = Run._meta
+    token_col, expiry_col, status_col = (
+        quote(meta.get_field(name).column) for name in ("lease_token", "lease_expires_at", "status")
+    )
+    terminal = ", ".join(["%s"] * len(Run.TERMINAL))
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {token_col} = %s, {expiry_col} = %s "  # noqa: S608
+        f"WHERE {quote(meta.pk.column)} = %s AND {status_col} NOT IN ({terminal}) "
+        f"AND ({token_col} IS NULL OR {expiry_col} < %s)"
+    )
 
 
 def lease_renew(lease: Lease) -> bool:

@@ -43,6 +43,16 @@ def echo_run(author, **fields):
     return run
 
 
+def leased_run(author, *, expires_in: float):
+    """A running echo run whose (unknown) worker's lease ends expires_in seconds from now."""
+    return echo_run(
+        author,
+        status=Run.Status.RUNNING,
+        lease_token=uuid.uuid4(),
+        lease_expires_at=timezone.now() + timedelta(seconds=expires_in),
+    )
+
+
 def charge_run(author):
     plan = {
         "steps": [
@@ -82,12 +92,7 @@ def test_the_sweep_interval_is_a_third_of_the_lease(settings):
 
 
 def test_a_run_whose_lease_expired_is_queued_again_once(author):
-    run = echo_run(
-        author,
-        status=Run.Status.RUNNING,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    run = leased_run(author, expires_in=-1)
 
     assert sweep_once() == [run.pk]
     assert sweep_once() == []
@@ -95,13 +100,7 @@ def test_a_run_whose_lease_expired_is_queued_again_once(author):
 
 
 def test_a_big_requeue_is_logged_as_a_count_and_the_first_ids(author, caplog):
-    expired = timezone.now() - timedelta(seconds=1)
-    runs = [
-        echo_run(
-            author, status=Run.Status.RUNNING, lease_token=uuid.uuid4(), lease_expires_at=expired
-        )
-        for _ in range(23)
-    ]
+    runs = [leased_run(author, expires_in=-1) for _ in range(23)]
 
     with caplog.at_level(logging.WARNING, logger="plans.sweeper"):
         assert sweep_once() == [run.pk for run in runs]
@@ -111,24 +110,14 @@ def test_a_big_requeue_is_logged_as_a_count_and_the_first_ids(author, caplog):
 
 
 def test_a_run_whose_worker_renews_its_lease_is_left_alone(author):
-    echo_run(
-        author,
-        status=Run.Status.RUNNING,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=timezone.now() + timedelta(seconds=10),
-    )
+    leased_run(author, expires_in=10)
 
     assert sweep_once() == []
     assert queued_run_ids() == []
 
 
 def test_a_task_left_running_by_a_dead_worker_is_marked_failed_and_its_run_queued(author):
-    run = echo_run(
-        author,
-        status=Run.Status.RUNNING,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    run = leased_run(author, expires_in=-1)
     task = claimed_task(run, started_ago=LONG_AGO)
 
     assert sweep_once() == [run.pk]
@@ -239,12 +228,7 @@ def test_a_parked_run_whose_cancel_was_not_followed_up_is_queued_and_ends_cancel
 
 
 def test_two_sweepers_at_once_queue_a_run_once(author):
-    run = echo_run(
-        author,
-        status=Run.Status.RUNNING,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    run = leased_run(author, expires_in=-1)
     results = []
     start = threading.Barrier(4)
 
@@ -263,12 +247,7 @@ def test_two_sweepers_at_once_queue_a_run_once(author):
 
 
 def test_the_sweeper_wakes_when_the_next_lease_falls_due(author):
-    echo_run(
-        author,
-        status=Run.Status.RUNNING,
-        lease_token=uuid.uuid4(),
-        lease_expires_at=timezone.now() + timedelta(seconds=1),
-    )
+    leased_run(author, expires_in=1)
 
     assert sweep_delay() < 1.5 < sweep_interval()
 
