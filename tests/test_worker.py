@@ -5,6 +5,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -287,3 +288,15 @@ def test_serving_processes_freeze_startup_objects_and_collect_young_ones_less_of
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--threads", "0"], "--threads must be at least 1, got 0"),
+        (["--grace", "-1"], "--grace must be 0 or more seconds, got -1"),
+    ],
+)
+def test_the_worker_command_refuses_bad_options_naming_them(args, refusal):
+    with pytest.raises(CommandError, match=refusal):
+        call_command("run_worker", *args)

@@ -12,7 +12,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from plans.leases import leases_hand_over, leases_held
@@ -52,8 +52,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["threads"] < 1:
-            self.stderr.write("--threads must be at least 1")
-            sys.exit(2)
+            raise CommandError(f"--threads must be at least 1, got {options['threads']}")
+        if options["grace"] < 0:
+            raise CommandError(f"--grace must be 0 or more seconds, got {options['grace']:g}")
         stopping = threading.Event()
         signals = {"count": 0}
 
