@@ -8,6 +8,7 @@ class PlansConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_out
 
+        from plans import checks  # noqa: F401  (registers the system checks)
         from plans.events import group_send, user_group
 
         def close_sockets_on_logout(sender, request, user, **kwargs) -> None:

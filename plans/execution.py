@@ -327,7 +327,10 @@ class RunAdvancer:
     def call_model(self, request: ModelRequest, *, on_text: Any = None) -> Completion | None:
         """One model call, checked against the budget first and recorded with its cost."""
         run = self.run
-        prices = prices_for(request.model)
+        try:
+            prices = prices_for(request.model)
+        except ValueError as exc:  # a model missing from the price table is never called
+            return self._fail(f"model call for {request.purpose} not made: {exc}")
         estimate = estimate_cost_usd(request, prices)
         problem = budget_problem(
             budget=Budget(usd=run.budget_usd, tokens=run.budget_tokens),
@@ -344,24 +347,30 @@ class RunAdvancer:
             return None
         limited = rate_limit_wait()
         if limited:
-            self.run.error = f"model call for {request.purpose} not made: {limited}"
-            self.recorder.run_changed(error=self.run.error)
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
-            self._finish(Run.Status.FAILED)
-            return None
+            return self._fail(f"model call for {request.purpose} not made: {limited}")
         started = time.perf_counter()
         try:
             completion = get_model().complete(request, on_text=on_text)
         except ModelError as exc:
-            latency = int((time.perf_counter() - started) * 1000)
             message = storable(str(exc))  # may quote the provider's reply
-            self._record_model_call(request, None, prices, latency_ms=latency, error=message)
-            self.run.error = f"model call for {request.purpose} failed: {message}"
-            self.recorder.run_changed(error=self.run.error)
-            self._finish(Run.Status.FAILED)
-            return None
-        self._record_model_call(request, completion, prices, completion.latency_ms)
-        return completion
+        except Exception as exc:
+            # A model backend's own bug ends the run here; left to escape, the run would be
+            # taken up and crash again on every sweep.
+            logger.exception("run %s: the %s model call raised", run.pk, request.purpose)
+            message = storable(f"{type(exc).__name__}: {exc}")
+        else:
+            self._record_model_call(request, completion, prices, completion.latency_ms)
+            return completion
+        latency = int((time.perf_counter() - started) * 1000)
+        self._record_model_call(request, None, prices, latency_ms=latency, error=message)
+        return self._fail(f"model call for {request.purpose} failed: {message}")
+
+    def _fail(self, error: str) -> None:
+        """End the run as failed, saying why."""
+        self.run.error = error
+        self.recorder.run_changed(error=error)
+        self._finish(Run.Status.FAILED)
 
     def _record_model_call(
         self,

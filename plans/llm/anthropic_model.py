@@ -75,6 +75,8 @@ class AnthropicModel:
         self.max_retries = (
             settings.AGENTSITE_MODEL_MAX_RETRIES if max_retries is None else max_retries
         )
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, got {self.max_retries}")
         self.sleep = sleep
         self.rng = rng if rng is not None else random.Random()
 
@@ -88,6 +90,12 @@ class AnthropicModel:
             started = time.perf_counter()
             try:
                 message = self._attempt(params, on_text, emitted)
+                text, usage = message_text(message), message_usage(message)
+            except _UNREADABLE_REPLY as err:
+                # The API answered, but not in the Messages shape (a proxy's page, a cut JSON).
+                raise ModelError(
+                    f"The model API's reply could not be read: {type(err).__name__}: {err}"
+                ) from err
             except (anthropic.APIError, httpx2.TransportError) as err:
                 failure = _describe(err)
                 if emitted[0]:
@@ -117,8 +125,8 @@ class AnthropicModel:
             # the model's latency (they show up in the step's or run's wall time instead).
             latency_ms = round((time.perf_counter() - started) * 1000)
             return Completion(
-                text=message_text(message),
-                usage=message_usage(message),
+                text=text,
+                usage=usage,
                 model=request.model,
                 latency_ms=latency_ms,
             )
@@ -139,9 +147,14 @@ class AnthropicModel:
             return stream.get_final_message()
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None and math.isfinite(retry_after):
-            return min(max(retry_after, 0.0), RETRY_AFTER_CAP_S)
+        # A wait of zero or a date already past says nothing: back off as usual.
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+            return min(retry_after, RETRY_AFTER_CAP_S)
         return backoff_delay(attempt, base=BACKOFF_BASE_S, cap=BACKOFF_CAP_S, rng=self.rng)
+
+
+# What the SDK or our reading of its Message raises on a reply that is not a Message.
+_UNREADABLE_REPLY = (AttributeError, AssertionError, KeyError, TypeError, ValueError)
 
 
 def request_params(request: ModelRequest) -> dict[str, Any]:

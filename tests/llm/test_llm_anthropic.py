@@ -318,3 +318,48 @@ def test_an_injected_client_with_sdk_retries_has_them_turned_off():
     with pytest.raises(ModelError, match="after 2 attempts"):
         model.complete(plan_request())
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        httpx2.Response(200, json={"id": "msg_01", "type": "message", "content": None}),
+        httpx2.Response(200, text="<html>gateway</html>", headers={"content-type": "text/html"}),
+    ],
+    ids=["json-not-a-message", "html-page"],
+)
+def test_a_reply_that_is_not_a_message_fails_with_a_model_error_and_is_not_retried(reply):
+    server = Server(reply, message("never sent"))
+
+    with pytest.raises(ModelError, match="reply could not be read"):
+        model_for(server).complete(plan_request())
+
+    assert len(server.requests) == 1
+
+
+def test_a_stream_of_unreadable_events_fails_with_a_model_error():
+    server = Server(
+        httpx2.Response(
+            200,
+            text="event: message_start\ndata: {not json\n\n",
+            headers={"content-type": "text/event-stream"},
+        )
+    )
+    with pytest.raises(ModelError, match="reply could not be read"):
+        model_for(server).complete(answer(), on_text=lambda text: None)
+
+
+@pytest.mark.parametrize("value", ["0", "Thu, 01 Jan 1970 00:00:00 GMT"])
+def test_a_retry_after_of_zero_or_in_the_past_backs_off_as_usual(value):
+    server = Server(
+        error(429, "rate_limit_error", "slow down", headers={"retry-after": value}), message("ok")
+    )
+    sleeps = []
+    model_for(server, sleeps=sleeps).complete(plan_request())
+    [delay] = sleeps
+    assert 0 < delay <= BACKOFF_BASE_S
+
+
+def test_a_negative_retry_count_is_refused():
+    with pytest.raises(ValueError, match="max_retries must be 0 or more, got -1"):
+        model_for(Server(), max_retries=-1)

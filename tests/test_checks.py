@@ -1,0 +1,21 @@
+"""Start-up checks of the settings."""
+
+from django.core import checks
+
+from plans.checks import check_models_are_priced
+
+
+def test_the_check_runs_at_start_up_and_passes_the_default_settings():
+    assert check_models_are_priced in checks.registry.registry.get_checks()
+    assert check_models_are_priced() == []
+
+
+def test_a_planner_model_without_prices_is_reported_at_start_up(settings):
+    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
+    settings.AGENTSITE_PLANNER_MODEL = "claude-sonet-typo"
+
+    [error] = check_models_are_priced()
+
+    assert error.id == "plans.E001"
+    assert "no prices configured for model 'claude-sonet-typo'" in error.msg
+    assert "AGENTSITE_PLANNER_MODEL" in error.hint
