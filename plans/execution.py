@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import math
 import queue
 import random
 import time
@@ -124,8 +125,8 @@ def invoke_tool(
                 f"the result is too large: {size:,} characters of JSON, at most "
                 f"{settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:,} (AGENTSITE_TOOL_RESULT_MAX_CHARS)"
             )
-    except Exception as exc:
-        error = storable(str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # even SystemExit from a tool ends only its step
+        error = _error_text(exc)
         retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
         fault = retryable or not isinstance(exc, ToolError)
     finally:
@@ -135,16 +136,43 @@ def invoke_tool(
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
 
 
+def _error_text(exc: BaseException) -> str:
+    """What a tool's exception says, storable and at most TOOL_ERROR_MAX_CHARS long."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    if not isinstance(exc, ToolError):
+        message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = storable(message)
+    if len(text) > TOOL_ERROR_MAX_CHARS:
+        cut = len(text) - TOOL_ERROR_MAX_CHARS
+        text = f"{text[:TOOL_ERROR_MAX_CHARS]}... ({cut:,} more characters not kept)"
+    return text
+
+
 def _jsonable(value: Any) -> tuple[Any, int]:
-    """The result as storable JSON data (see plans.engine.text), and its length as JSON text."""
-    if type(value) in _JSON_SCALARS:
-        return storable(value), len(value) if isinstance(value, str) else 0
-    text = json.dumps(value, default=str, ensure_ascii=False)
+    """The result as storable JSON data (see plans.engine.text), and its length as JSON text.
+
+    ValueError if it has no JSON form: NaN, infinities, integers too long to write out.
+    """
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"the result {value} is not a JSON number")
+        if kind is int and not -_JSON_INT_BOUND < value < _JSON_INT_BOUND:
+            raise ValueError("the result is an integer too long to write out")
+        return storable(value), len(value) if kind is str else 0
+    text = json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
     data = json.loads(text)
     return (data if unstorable_in(text) is None else storable(data)), len(text)
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Python refuses to write out an int of more than 4,300 digits (sys.get_int_max_str_digits).
+_JSON_INT_BOUND = 10**4000
+# An error is an observation for the answer prompt: a traceback-sized text at most.
+TOOL_ERROR_MAX_CHARS = 10_000
 
 
 class RunAdvancer:
@@ -513,6 +541,8 @@ class StepsExecution:
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
             if not self.inflight and not self.retries:
+                if self.scheduler.has_ready and not cancelled:
+                    continue  # steps that ended at launch (reused, blocked) freed dependants
                 if self.awaiting and not cancelled:
                     if self._apply_decisions(pool):
                         continue
@@ -566,13 +596,15 @@ class StepsExecution:
             self._finish_step(step, Outcome.SUCCEEDED, result=result, reused_from=origin)
             return
         approval = None
-        if spec.destructive and call_hash in self.declined:
-            reason = self.declined[call_hash]
-            result = blocked_result(step.tool, reason)
-            self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
-            return
         if spec.destructive:
             gate = approval_gate(step=step, resolved_args=args)
+            if gate.verdict is Verdict.MISSING and call_hash in self.declined:
+                # A reviewer declined this very call for another step: not asked again. A
+                # request already made for this step itself is still the reviewer's to decide.
+                reason = self.declined[call_hash]
+                result = blocked_result(step.tool, reason)
+                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+                return
             if gate.verdict is Verdict.REJECTED:
                 assert gate.approval is not None
                 reason = gate.approval.reason
@@ -674,7 +706,9 @@ class StepsExecution:
         decided = self._decided()
         if decided and self._cancel_recorded():
             return True  # the loop sees the cancel and launches nothing
-        for step_id in decided:
+        # The rest wait for room, decided, and are launched on a later look.
+        room = self.run.max_parallel_steps - len(self.inflight)
+        for step_id in decided[: max(room, 0)]:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
         return bool(decided)

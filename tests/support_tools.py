@@ -92,3 +92,53 @@ def mangled(text: str) -> dict:
 def bulky(chars: int) -> dict:
     """Return a result whose JSON text is a little longer than chars."""
     return {"text": "x" * chars}
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str of exception exploded")
+
+
+_MISBEHAVIOURS = {
+    "system_exit": lambda: (_ for _ in ()).throw(SystemExit(3)),
+    "keyboard_interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt()),
+    "unprintable": lambda: (_ for _ in ()).throw(_Unprintable()),
+    "huge_error": lambda: (_ for _ in ()).throw(ToolError("x" * 50_000)),
+    "nan": lambda: float("nan"),
+    "inf_in_list": lambda: [1, float("inf")],
+    "bigint": lambda: 10**5000,
+}
+
+
+@tool
+def misbehave(kind: str) -> object:
+    """Raise or return something a well-made tool would not (see _MISBEHAVIOURS)."""
+    return _MISBEHAVIOURS[kind]()
+
+
+# How many tracked calls are running now, and the most there ever were at once.
+tracked = {"now": 0, "most": 0}
+_tracked_lock = threading.Lock()
+
+
+def _run_tracked(seconds: float) -> None:
+    with _tracked_lock:
+        tracked["now"] += 1
+        tracked["most"] = max(tracked["most"], tracked["now"])
+    time.sleep(seconds)
+    with _tracked_lock:
+        tracked["now"] -= 1
+
+
+@tool
+def tracked_wait(seconds: float) -> float:
+    """Wait, counted among the tracked calls running at once."""
+    _run_tracked(seconds)
+    return seconds
+
+
+@tool(destructive=True)
+def tracked_charge(label: str, idempotency_key: str) -> str:
+    """A destructive call that takes a moment, counted among the tracked calls running at once."""
+    _run_tracked(0.1)
+    return label

@@ -1,5 +1,7 @@
 """The approval gate: destructive calls run only on a reviewer's decision on their exact args."""
 
+import threading
+
 import pytest
 from django.core import mail
 
@@ -9,6 +11,8 @@ from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_create
 from plans.tools import get_registry
+from tests import support_tools
+from tests.integration.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -283,3 +287,48 @@ def test_two_reviewers_deciding_at_once_record_exactly_one_decision(author, revi
     assert outcomes.count("recorded") == 1
     assert len(refusals) == 1 and "already" in refusals[0]
     assert RunEvent.objects.filter(run=run, kind="approval_decided").count() == 1
+
+
+def test_decisions_that_come_while_steps_run_keep_to_the_runs_parallel_cap(
+    author, reviewer, settings
+):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    support_tools.tracked.update(now=0, most=0)
+    charge = {"tool": "tracked_charge", "depends_on": []}
+    steps = [
+        {"id": 1, "tool": "tracked_wait", "args": {"seconds": 1.0}, "depends_on": []},
+        *({**charge, "id": n, "args": {"label": f"c{n}"}} for n in (2, 3, 4)),
+    ]
+    run = run_create(
+        author=author, goal_text="charges", plan_data={"steps": steps}, max_parallel_steps=2
+    )
+
+    def decide_all_while_step_1_runs():
+        wait_until(lambda: Approval.objects.filter(run=run).count() == 3)
+        for approval in Approval.objects.filter(run=run):
+            approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+
+    deciding = threading.Thread(target=decide_all_while_step_1_runs)
+    deciding.start()
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+    deciding.join()
+
+    assert support_tools.tracked["most"] == 2
+
+
+def test_rejecting_one_of_two_identical_steps_leaves_the_other_to_its_own_decision(
+    author, reviewer
+):
+    email = {"to": "a@example.com", "subject": "Hello", "body": "Once is enough."}
+    steps = [{"id": n, "tool": "send_email", "args": email, "depends_on": []} for n in (1, 2)]
+    run = run_create(author=author, goal_text="email", plan_data={"steps": steps})
+    advance_run(run.pk)
+    first, second = Approval.objects.filter(run=run).order_by("step__step_id")
+
+    approval_decide(approval=first, reviewer=reviewer, approve=False, reason="a duplicate")
+    assert Step.objects.get(plan__run=run, step_id=2).status == "awaiting_approval"
+    approval_decide(approval=second, reviewer=reviewer, approve=True)
+
+    statuses = dict(Step.objects.filter(plan__run=run).values_list("step_id", "status"))
+    assert statuses == {1: "blocked", 2: "succeeded"}
+    assert len(mail.outbox) == 1

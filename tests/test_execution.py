@@ -201,3 +201,18 @@ def test_a_result_larger_than_the_limit_fails_its_step_saying_so(author, setting
         "(AGENTSITE_TOOL_RESULT_MAX_CHARS)"
     )
     assert ToolCall.objects.get(step=steps[2]).error == steps[2].error
+
+
+def test_a_step_that_ends_as_it_is_launched_still_lets_its_dependants_run(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "echo", "args": {"text": "not a number"}, "depends_on": []},
+        # Fails at launch: its resolved argument is not a number. Nothing is in flight then.
+        {"id": 2, "tool": "sleepy", "args": {"seconds": "{{1}}"}, "depends_on": [1]},
+        {"id": 3, "tool": "echo", "args": {"text": "after: {{2}}"}, "depends_on": [2]},
+    ]
+    run = run_plan(author, steps, run_dependants_of_failures=True)
+
+    steps = steps_of(run)
+    assert steps[2].status == "failed"
+    assert steps[3].status == "succeeded" and steps[3].result.startswith("after: arguments")
+    assert run.status == "failed"

@@ -60,6 +60,11 @@ class Scheduler:
         return len(self._outcomes) == self._step_count
 
     @property
+    def has_ready(self) -> bool:
+        """Whether a step waits to be taken."""
+        return bool(self._ready)
+
+    @property
     def running(self) -> frozenset[int]:
         """Steps taken and not yet finished."""
         return frozenset(self._running)
