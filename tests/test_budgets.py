@@ -114,3 +114,58 @@ def test_spent_today_sums_only_todays_calls_in_the_authors_runs(db):
     assert author_spent_today(alice.pk) == Decimal("0.75")
     assert author_spent_today(bob.pk) == Decimal("9")
     assert author_spent_today(users.create(username="carol-spend").pk) == Decimal(0)
+
+
+def drive(run):
+    """Advance a run until it ends, as the worker would."""
+    from plans.execution import advance_run
+
+    for _ in range(20):
+        if advance_run(run.pk) != "busy":
+            run.refresh_from_db()
+            if run.is_terminal:
+                return run
+    raise AssertionError(f"run {run.pk} did not end: {run.status}")
+
+
+@pytest.mark.parametrize(
+    ("budget", "stored"),
+    [
+        ({"budget_usd": Decimal(0)}, ("budget_usd", Decimal(0))),
+        ({"budget_usd": 0}, ("budget_usd", Decimal(0))),
+        ({"budget_tokens": 0}, ("budget_tokens", 0)),
+    ],
+)
+def test_a_zero_budget_is_kept_and_stops_the_run_before_its_first_model_call(
+    priced_offline_model, budget, stored
+):
+    from django.contrib.auth import get_user_model
+
+    from plans.services.runs import run_create
+
+    author = get_user_model().objects.create(username="zero-budget")
+    run = run_create(author=author, goal_text=PRICE_GOAL, **budget)
+    field, value = stored
+    assert getattr(Run.objects.get(pk=run.pk), field) == value
+
+    run = drive(run)
+
+    assert run.status == Run.Status.BUDGET_EXHAUSTED
+    assert "budget" in run.error
+    assert run.model_call_count == 0
+    assert not ModelCall.objects.filter(run=run).exists()
+
+
+def test_budgets_left_out_take_the_configured_defaults(db, settings):
+    from django.contrib.auth import get_user_model
+
+    from plans.services.runs import run_create
+
+    settings.AGENTSITE_RUN_BUDGET_USD = 0.25
+    settings.AGENTSITE_RUN_BUDGET_TOKENS = 1234
+    author = get_user_model().objects.create(username="default-budget")
+    run = run_create(author=author, goal_text="a", budget_usd=None, budget_tokens=None)
+
+    run.refresh_from_db()
+    assert run.budget_usd == Decimal("0.25")
+    assert run.budget_tokens == 1234

@@ -58,8 +58,13 @@ def run_create(
         )
         run = Run.objects.create(
             goal=goal,
-            budget_usd=Decimal(str(budget_usd or settings.AGENTSITE_RUN_BUDGET_USD)),
-            budget_tokens=budget_tokens or settings.AGENTSITE_RUN_BUDGET_TOKENS,
+            # An explicit 0 is a budget (the run stops before its first model call), not "unset".
+            budget_usd=Decimal(
+                str(budget_usd if budget_usd is not None else settings.AGENTSITE_RUN_BUDGET_USD)
+            ),
+            budget_tokens=(
+                budget_tokens if budget_tokens is not None else settings.AGENTSITE_RUN_BUDGET_TOKENS
+            ),
             max_parallel_steps=max_parallel_steps or settings.AGENTSITE_MAX_PARALLEL_STEPS,
         )
         append_events(run.pk, [("run_created", {"goal": text, "author": author.get_username()})])

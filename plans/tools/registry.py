@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -39,7 +40,18 @@ class ToolSpec:
         kwargs = dict(args)
         if self.takes_idempotency_key:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
-        return self.fn(**kwargs)
+        result = self.fn(**kwargs)
+        if inspect.iscoroutine(result) or inspect.isasyncgen(result):
+            # A plain function that returns a coroutine (say, a sync wrapper around an async
+            # one) escapes the check at declaration; its work would never be done.
+            kind = "an async generator" if inspect.isasyncgen(result) else "a coroutine"
+            if inspect.iscoroutine(result):
+                result.close()  # never started: closing it avoids a "never awaited" warning
+            raise TypeError(
+                f"tool {self.name!r} ({self.origin}) returned {kind} instead of a result; "
+                "tools must be synchronous functions"
+            )
+        return result
 
     @property
     def origin(self) -> str:
@@ -87,6 +99,14 @@ def tool(
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func):
             raise TypeError(f"@tool expects a function, got {func!r}")
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            # The executor calls tools synchronously: the body would never run and the
+            # coroutine object would be recorded as the step's result.
+            kind = "an async generator" if inspect.isasyncgenfunction(func) else "async"
+            raise TypeError(
+                f"@tool {func.__module__}.{func.__qualname__}: the function is {kind}; tools "
+                "are called synchronously, so declare it with plain 'def'"
+            )
         tool_name = func.__name__ if name is None else name
         if not _NAME.match(tool_name):
             raise TypeError(

@@ -7,7 +7,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -50,8 +50,14 @@ class _Unsupported(Exception):
     """A type hint outside the supported subset; the message says which."""
 
 
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Return (first paragraph as one line, {parameter: description} from the Args section)."""
+def parse_docstring(
+    doc: str | None, names: Collection[str] | None = None
+) -> tuple[str, dict[str, str]]:
+    """Return (first paragraph as one line, {parameter: description} from the Args section).
+
+    With ``names`` (the function's parameters), only a line naming one of them starts an entry;
+    any other ``word: text`` line, such as a URL, continues the entry before it.
+    """
     lines = inspect.cleandoc(doc or "").splitlines()
     summary: list[str] = []
     for line in lines:
@@ -62,7 +68,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     params: dict[str, str] = {}
     for index, line in enumerate(lines):
         if _section_name(line) in _ARGS_HEADERS:
-            params = _parse_args_section(lines, index)
+            params = _parse_args_section(lines, index, names)
             break
     return " ".join(summary), params
 
@@ -79,7 +85,9 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _parse_args_section(lines: list[str], header_index: int) -> dict[str, str]:
+def _parse_args_section(
+    lines: list[str], header_index: int, names: Collection[str] | None
+) -> dict[str, str]:
     header_indent = _indent(lines[header_index])
     entry_indent: int | None = None
     params: dict[str, list[str]] = {}
@@ -93,7 +101,7 @@ def _parse_args_section(lines: list[str], header_index: int) -> dict[str, str]:
         if entry_indent is None:
             entry_indent = indent
         match = _ARG_ENTRY.match(line.strip()) if indent <= entry_indent else None
-        if match is not None:
+        if match is not None and (names is None or match.group("name") in names):
             current = params.setdefault(match.group("name"), [])
             if match.group("text"):
                 current.append(match.group("text").strip())
@@ -114,7 +122,7 @@ def derive(fn: Callable[..., Any]) -> DerivedSignature:
     except Exception as exc:  # NameError and friends from unresolvable string annotations
         raise TypeError(f"{where}: cannot resolve the type hints: {exc}") from exc
 
-    description, arg_docs = parse_docstring(fn.__doc__)
+    description, arg_docs = parse_docstring(fn.__doc__, signature.parameters)
     properties: dict[str, Any] = {}
     required: list[str] = []
     takes_key = False
@@ -189,7 +197,7 @@ def schema_for_hint(hint: Any) -> dict[str, Any]:
     if origin is Union or origin is types.UnionType:
         others = [arg for arg in args if arg is not types.NoneType]
         if len(others) == 1 and len(others) < len(args):
-            return schema_for_hint(others[0])
+            return _nullable(schema_for_hint(others[0]))
         raise _Unsupported(f"union {_show(hint)} is not supported; only X | None is")
     raise _Unsupported(f"type hint {_show(hint)} is not supported (use {SUPPORTED_HINTS})")
 
@@ -198,14 +206,29 @@ _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 def _literal_schema(values: tuple[Any, ...]) -> dict[str, Any]:
-    values = tuple(value for value in values if value is not None)
-    kinds = {type(value) for value in values}
+    # Literal[..., None] is a nullable enum; the other values must share one scalar type.
+    given = tuple(value for value in values if value is not None)
+    kinds = {type(value) for value in given}
     if len(kinds) != 1 or next(iter(kinds)) not in _SCALARS or float in kinds:
         raise _Unsupported(
             "Literal values must all be str, all int or all bool, got "
             + ", ".join(repr(value) for value in values)
         )
-    return {"type": _SCALARS[next(iter(kinds))], "enum": list(values)}
+    schema = {"type": _SCALARS[next(iter(kinds))], "enum": list(given)}
+    return _nullable(schema) if len(given) < len(values) else schema
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema also accepting null: "null" joins its type (and its enum, if it has one)."""
+    schema = dict(schema)
+    declared = schema["type"]
+    names = [declared] if isinstance(declared, str) else list(declared)
+    if "null" not in names:
+        names.append("null")
+    schema["type"] = names
+    if "enum" in schema and None not in schema["enum"]:
+        schema["enum"] = [*schema["enum"], None]
+    return schema
 
 
 def _show(hint: Any) -> str:

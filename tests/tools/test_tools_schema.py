@@ -1,14 +1,18 @@
 """Deriving a tool's description and JSON schema from its signature and docstring."""
 
+import json
 from typing import Any, Literal, Optional
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from plans.tools import ToolSpec, get_registry, tool
+from plans.engine.argschema import check_args
+from plans.llm.base import catalog_text
+from plans.tools import ToolSpec, get_registry, tool, tool_catalog_for_prompt
 from plans.tools.schema import parse_docstring
 
 type Colour = Literal["red", "green"]
+type MaybeColour = Colour | None
 
 # The JSON-schema subset the engine's argument checker understands.
 ALLOWED_KEYS = {
@@ -79,7 +83,7 @@ def test_literal_hints_become_enums_of_their_type():
     assert property_of(literals, "colour") == {"type": "string", "enum": ["red", "green"]}
 
 
-def test_optional_hints_take_the_inner_type_and_are_not_required_with_a_default():
+def test_optional_hints_accept_null_and_are_not_required_with_a_default():
     @tool
     def optionals(
         name: str | None = None,
@@ -89,19 +93,106 @@ def test_optional_hints_take_the_inner_type_and_are_not_required_with_a_default(
     ) -> None:
         """Optionals."""
 
-    assert property_of(optionals, "name") == {"type": "string"}
-    assert property_of(optionals, "age") == {"type": "integer"}
-    assert property_of(optionals, "tag") == {"type": "string"}
+    assert property_of(optionals, "name") == {"type": ["string", "null"]}
+    assert property_of(optionals, "age") == {"type": ["integer", "null"]}
+    assert property_of(optionals, "tag") == {"type": ["string", "null"]}
+    assert property_of(optionals, "must") == {"type": ["integer", "null"]}
     assert schema_of(optionals)["required"] == []
 
 
-def test_optional_hint_without_a_default_is_still_required():
+def test_optional_hint_without_a_default_is_still_required_but_may_be_null():
     @tool
     def needs(value: str | None) -> None:
         """Needs a value."""
 
     assert schema_of(needs)["required"] == ["value"]
-    assert property_of(needs, "value") == {"type": "string"}
+    assert property_of(needs, "value") == {"type": ["string", "null"]}
+    assert check_args(schema_of(needs), {"value": None}) == []
+    assert check_args(schema_of(needs), {}) == ["missing required argument 'value'"]
+
+
+def test_a_plain_hint_stays_non_null():
+    @tool
+    def plain_count(count: int = 1) -> None:
+        """Plain."""
+
+    assert property_of(plain_count, "count") == {"type": "integer"}
+    assert check_args(schema_of(plain_count), {"count": None}) == [
+        "argument 'count' must be an integer, got null"
+    ]
+
+
+def test_an_explicit_null_passes_the_argument_checker_for_an_optional_argument():
+    @tool
+    def limited(query: str, limit: int | None = None) -> None:
+        """Limited."""
+
+    schema = schema_of(limited)
+    assert check_args(schema, {"query": "q", "limit": None}) == []
+    assert check_args(schema, {"query": "q", "limit": 3}) == []
+    assert check_args(schema, {"query": "q", "limit": "3"}) == [
+        "argument 'limit' must be an integer or null, got string"
+    ]
+
+
+def test_nested_optional_hints_put_null_where_the_none_is():
+    @tool
+    def nested(
+        maybe_list: list[int] | None = None,
+        list_of_maybes: list[int | None] | None = None,
+        maybe_dict: dict[str, int] | None = None,
+        maybe_alias: MaybeColour = None,
+    ) -> None:
+        """Nested."""
+
+    assert property_of(nested, "maybe_list") == {
+        "type": ["array", "null"],
+        "items": {"type": "integer"},
+    }
+    assert property_of(nested, "list_of_maybes") == {
+        "type": ["array", "null"],
+        "items": {"type": ["integer", "null"]},
+    }
+    assert property_of(nested, "maybe_dict") == {"type": ["object", "null"]}
+    assert property_of(nested, "maybe_alias") == {
+        "type": ["string", "null"],
+        "enum": ["red", "green", None],
+    }
+    schema = schema_of(nested)
+    assert check_args(schema, {"maybe_list": None, "list_of_maybes": [1, None]}) == []
+    assert check_args(schema, {"maybe_list": [None]}) == [
+        "argument 'maybe_list[0]' must be an integer, got null"
+    ]
+
+
+def test_literal_with_none_accepts_null_in_its_enum_and_type():
+    @tool
+    def picks(
+        mode: Literal["fast", None],
+        level: Literal[1, 2] | None = None,
+        both: Optional[Literal["a", None]] = None,  # noqa: UP045 - None given twice
+    ) -> None:
+        """Picks."""
+
+    assert property_of(picks, "mode") == {"type": ["string", "null"], "enum": ["fast", None]}
+    assert property_of(picks, "level") == {"type": ["integer", "null"], "enum": [1, 2, None]}
+    assert property_of(picks, "both") == {"type": ["string", "null"], "enum": ["a", None]}
+    schema = schema_of(picks)
+    assert check_args(schema, {"mode": None, "level": None, "both": None}) == []
+    assert check_args(schema, {"mode": "slow"}) == ["argument 'mode' must be one of 'fast', null"]
+
+
+def test_nullable_schemas_stay_valid_json_in_the_prompt_catalog():
+    @tool
+    def catalogued(mode: Literal["a", None], count: list[int] | None = None) -> None:
+        """Catalogued."""
+
+    entry = tool_catalog_for_prompt({"catalogued": catalogued.tool_spec})[0]
+    text = catalog_text([entry])
+    line = text.splitlines()[2]
+    assert json.loads(line)["input_schema"] == schema_of(catalogued)
+    assert '"enum": ["a", null]' in line
+    assert '"type": ["array", "null"]' in line
 
 
 def test_required_lists_exactly_the_parameters_without_defaults_in_order():
@@ -158,6 +249,33 @@ def test_the_args_section_gives_each_parameter_its_description():
     assert properties["item"]["description"] == "the product name, exactly as listed"
     assert properties["quantity"]["description"] == "how many (default: 1)"
     assert properties["note"]["description"] == 'ignored (default: "")'
+
+
+def test_a_word_and_colon_on_a_continuation_line_does_not_start_a_parameter():
+    @tool
+    def fetch(url: str, timeout: int = 10) -> str:
+        """Fetch a page.
+
+        Args:
+            url: the address to fetch, for example
+            https://example.com/docs
+            note: only http and https are allowed
+            timeout: seconds to wait
+        """
+        return ""
+
+    properties = fetch.tool_spec.schema["properties"]
+    assert set(properties) == {"url", "timeout"}
+    assert properties["url"]["description"] == (
+        "the address to fetch, for example https://example.com/docs "
+        "note: only http and https are allowed"
+    )
+    assert properties["timeout"]["description"] == "seconds to wait (default: 10)"
+
+
+def test_docstring_parsing_with_parameter_names_only_starts_entries_for_them():
+    doc = "Do.\nArgs:\n    a: see\n    http://x.test/a\n    b: second\n"
+    assert parse_docstring(doc, ["a", "b"])[1] == {"a": "see http://x.test/a", "b": "second"}
 
 
 def test_a_default_is_mentioned_even_without_an_args_entry():
@@ -238,6 +356,42 @@ def test_unsupported_signatures_raise_a_type_error_naming_the_function_and_param
     assert "@tool generated_tools.f:" in message
     assert parameter in message
     assert reason in message
+
+
+def test_an_async_function_is_refused_naming_it():
+    with pytest.raises(TypeError) as caught:
+
+        @tool
+        async def fetch_later(url: str) -> str:
+            """Async."""
+            return url
+
+    message = str(caught.value)
+    assert f"@tool {__name__}." in message
+    assert "fetch_later" in message
+    assert "async" in message
+
+
+def test_an_async_generator_function_is_refused_naming_it():
+    with pytest.raises(TypeError, match=r"stream_later.*async generator"):
+
+        @tool(timeout_s=5)
+        async def stream_later(url: str):
+            """Async generator."""
+            yield url
+
+
+def test_a_plain_function_returning_a_coroutine_fails_when_called():
+    async def work(x: int) -> int:
+        return x
+
+    @tool
+    def sneaky(x: int) -> int:
+        """Returns a coroutine despite the plain def."""
+        return work(x)  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match=r"'sneaky'.*returned a coroutine"):
+        sneaky.tool_spec.call({"x": 1}, idempotency_key="k")
 
 
 def test_an_unresolvable_string_annotation_raises_a_type_error():
