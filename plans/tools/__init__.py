@@ -12,8 +12,10 @@ from plans.tools.registry import (
     tool,
     tool_catalog_for_prompt,
 )
+from plans.tools.schema import Between
 
 __all__ = [
+    "Between",
     "ToolError",
     "ToolSpec",
     "get_registry",

@@ -13,7 +13,10 @@ from typing import Any, Literal, Union
 
 IDEMPOTENCY_PARAM = "idempotency_key"
 
-SUPPORTED_HINTS = "str, int, float, bool, list[X], dict, dict[str, X], Literal[...] or X | None"
+SUPPORTED_HINTS = (
+    "str, int, float, bool, list[X], dict, dict[str, X], Literal[...], X | None "
+    "or Annotated[int | float, Between(low, high)]"
+)
 
 # Google-style section headers; "Args:" and its synonyms hold the parameter descriptions.
 _ARGS_HEADERS = frozenset({"args", "arguments", "parameters", "params"})
@@ -44,6 +47,21 @@ class DerivedSignature:
     description: str
     schema: dict[str, Any]
     takes_idempotency_key: bool
+
+
+@dataclass(frozen=True)
+class Between:
+    """A number's allowed range, both ends included: ``Annotated[int, Between(1, 10)]``.
+
+    It goes into the schema, so a plan asking for a value outside it is invalid before it runs.
+    """
+
+    low: int | float | None = None
+    high: int | float | None = None
+
+    def __post_init__(self) -> None:
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"Between({self.low}, {self.high}): low is above high")
 
 
 class _Unsupported(Exception):
@@ -184,6 +202,8 @@ def schema_for_hint(hint: Any) -> dict[str, Any]:
         return schema_for_hint(hint.__value__)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _annotated_schema(args[0], hint.__metadata__)
     if hint is list or origin is list:
         return {"type": "array", "items": schema_for_hint(args[0])} if args else {"type": "array"}
     if hint is dict or origin is dict:
@@ -216,6 +236,22 @@ def _literal_schema(values: tuple[Any, ...]) -> dict[str, Any]:
         )
     schema = {"type": _SCALARS[next(iter(kinds))], "enum": list(given)}
     return _nullable(schema) if len(given) < len(values) else schema
+
+
+def _annotated_schema(hint: Any, metadata: tuple[Any, ...]) -> dict[str, Any]:
+    """The schema of the hint, narrowed by the Between markers among metadata (others ignored)."""
+    schema = schema_for_hint(hint)
+    for marker in metadata:
+        if not isinstance(marker, Between):
+            continue
+        kinds = {schema["type"]} if isinstance(schema["type"], str) else set(schema["type"])
+        if not kinds & {"integer", "number"} or kinds - {"integer", "number", "null"}:
+            raise _Unsupported(f"Between applies to int or float, not {_show(hint)}")
+        if marker.low is not None:
+            schema["minimum"] = marker.low
+        if marker.high is not None:
+            schema["maximum"] = marker.high
+    return schema
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
