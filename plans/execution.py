@@ -896,31 +896,25 @@ class StepsExecution:
         self.recorder.event("step_finished", **payload)
         self._round_progress(step.round)
         for skipped_id, reason in self.scheduler.finish(step.step_id, outcome):
-            skipped = self.steps[skipped_id]
-            self._round_starts(skipped.round)
-            skipped.status = Step.Status.SKIPPED
-            skipped.error = reason
-            skipped.finished_at = step.finished_at
-            self.recorder.step_changed(skipped, "status", "error", "finished_at")
-            self.recorder.event(
-                "step_finished", step=skipped_id, tool=skipped.tool, status="skipped", error=reason
-            )
-            self._round_progress(skipped.round)
+            self._skip(self.steps[skipped_id], reason, step.finished_at)
+
+    def _skip(self, step: Step, reason: str, finished_at: datetime) -> None:
+        """Record that the step will not run, and why; its round counts it as finished."""
+        self._round_starts(step.round)
+        step.status = Step.Status.SKIPPED
+        step.error = reason
+        step.finished_at = finished_at
+        self.recorder.step_changed(step, "status", "error", "finished_at")
+        self.recorder.event(
+            "step_finished", step=step.step_id, tool=step.tool, status="skipped", error=reason
+        )
+        self._round_progress(step.round)
 
     def _skip_unstarted(self, reason: str) -> None:
-        for step in self.steps.values():
+        now = timezone.now()
+        for step in sorted(self.steps.values(), key=lambda s: (s.round, s.step_id)):
             if step.status in (Step.Status.PENDING, Step.Status.AWAITING_APPROVAL):
-                step.status = Step.Status.SKIPPED
-                step.error = reason
-                step.finished_at = timezone.now()
-                self.recorder.step_changed(step, "status", "error", "finished_at")
-                self.recorder.event(
-                    "step_finished",
-                    step=step.step_id,
-                    tool=step.tool,
-                    status="skipped",
-                    error=reason,
-                )
+                self._skip(step, reason, now)
 
     def _round_starts(self, round_no: int) -> None:
         if round_no not in self.rounds_started:

@@ -67,6 +67,9 @@ def test_no_step_starts_after_the_cancel_is_recorded_and_the_one_in_flight_finis
     started = RunEvent.objects.filter(run=run, kind="step_started")
     assert [e.payload["step"] for e in started] == [1]
     assert all(e.seq < cancel.seq for e in started)
+    # Every round ends on the record, the ones whose steps were all skipped too.
+    finished = RunEvent.objects.filter(run=run, kind="round_finished").order_by("seq")
+    assert [e.payload["round"] for e in finished] == [1, 2, 3]
     assert RunEvent.objects.filter(run=run).last().payload == {"status": "cancelled"}
 
 
