@@ -7,7 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from plans.execution import advance_run
-from plans.models import LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_cancel, run_create
 from tests.integration.it_tools import gate_open
 from tests.integration.support import wait_until
@@ -84,7 +85,7 @@ def test_a_run_cancelled_while_it_waits_for_a_reviewer_ends_without_the_side_eff
     assert not LedgerEntry.objects.exists()
 
 
-def test_a_cancel_that_comes_as_the_run_is_about_to_park_ends_it_instead(author):
+def test_a_cancel_that_comes_as_the_run_is_about_to_park_ends_it_instead(author, reviewer):
     run = create(
         author,
         [
@@ -97,6 +98,8 @@ def test_a_cancel_that_comes_as_the_run_is_about_to_park_ends_it_instead(author)
     wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
 
     run_cancel(run=run, user=author)  # the run holds its lease: nothing is queued
+    with pytest.raises(ApprovalRefused, match="The run is being cancelled; nothing to decide"):
+        approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
     gate_open("g")
     worker.join(timeout=30)
 
@@ -104,6 +107,7 @@ def test_a_cancel_that_comes_as_the_run_is_about_to_park_ends_it_instead(author)
     assert run.status == Run.Status.CANCELLED
     assert steps_of(run)[1].status == Step.Status.SUCCEEDED
     assert steps_of(run)[2].status == Step.Status.SKIPPED
+    assert Approval.objects.get(run=run).decision == Approval.Decision.PENDING
     assert not RunEvent.objects.filter(run=run, kind="run_parked").exists()
 
 

@@ -303,6 +303,9 @@ def _check_decision_allowed(
         )
     if approval.run.is_terminal:
         raise ApprovalRefused(f"The run has ended ({approval.run.status}); nothing to decide.")
+    if approval.run.cancel_requested:
+        # Its step will be skipped: an "approved" on the record would say otherwise.
+        raise ApprovalRefused("The run is being cancelled; nothing to decide.")
     if (
         via == "web"
         and settings.AGENTSITE_FOUR_EYES
