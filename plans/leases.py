@@ -184,7 +184,7 @@ class _LeaseKeeper:
         try:
             while due := self._wait_for_due():
                 for lease in due:
-                    if lease.released or lease.lost.is_set() or not lease_renew(lease):
+                    if lease.released or lease.lost.is_set() or not self._renew_or_retry(lease):
                         self.let_go(lease)  # nothing more to keep; Heartbeat's exit is a no-op
                         continue
                     with self._changed:
@@ -192,6 +192,25 @@ class _LeaseKeeper:
                             self._due[lease.token] = time.monotonic() + lease.seconds / 3
         finally:
             connections.close_all()
+
+    @staticmethod
+    def _renew_or_retry(lease: Lease) -> bool:
+        """Renew the lease; False once it is lost. A failed renewal is kept for its next turn."""
+        try:
+            return lease_renew(lease)
+        except Exception as error:
+            # A locked or unreachable database must neither end the keeper, which renews every
+            # lease of the process, nor give up a lease that may still be valid; one that
+            # expires meanwhile is found lost by the next renewal.
+            logger.warning(
+                "run %s: lease %s not renewed, trying again in %.1fs: %r",
+                lease.run_id,
+                lease.token,
+                lease.seconds / 3,
+                error,
+            )
+            connections.close_all()  # reconnect on the next renewal
+            return True
 
     def _wait_for_due(self) -> list[Lease]:
         """The leases due for renewal, once there are any; [] to exit after idling."""

@@ -6,8 +6,10 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
+from plans import leases
 from plans.events import LeaseLost, append_events
 from plans.leases import (
     Heartbeat,
@@ -213,3 +215,27 @@ def test_a_renewal_that_finds_the_lease_taken_over_warns(run, caplog):
         assert lease_renew(lease) is False
 
     assert f"run {run.pk}: lease {lease.token} expired or was taken over" in caplog.text
+
+
+def test_the_keeper_survives_a_renewal_that_fails_and_renews_at_the_next_turn(
+    run, monkeypatch, caplog
+):
+    lease = lease_acquire(run.pk, seconds=0.6)
+    failed = []
+
+    def locked_once(lease):
+        if not failed:
+            failed.append(lease)
+            raise OperationalError("database is locked")
+        return lease_renew(lease)
+
+    monkeypatch.setattr(leases, "lease_renew", locked_once)
+    with caplog.at_level(logging.WARNING, logger="plans.leases"), Heartbeat(lease):
+        time.sleep(1.2)
+        taken_by_another = lease_acquire(run.pk)
+
+    assert failed == [lease]
+    assert taken_by_another is None
+    assert not lease.lost.is_set()
+    assert f"run {run.pk}: lease {lease.token} not renewed, trying again in 0.2s: " in caplog.text
+    assert "database is locked" in caplog.text

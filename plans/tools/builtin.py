@@ -11,6 +11,7 @@ import difflib
 import functools
 import hashlib
 import json
+import logging
 import math
 import re
 import smtplib
@@ -24,12 +25,14 @@ from typing import Any, Literal
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail as django_send_mail
 from django.core.validators import validate_email
-from django.db import OperationalError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 
 from plans.models import LedgerEntry
 from plans.tools.calculator import evaluate
 from plans.tools.errors import ToolError
 from plans.tools.registry import tool
+
+logger = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -43,6 +46,8 @@ INR_PER_UNIT: dict[str, Decimal] = {
     "GBP": Decimal("117.00"),
 }
 
+# Results are floats, exact to the cent only below about 9e13, and the steepest rate is 117:1.
+MAX_CONVERTIBLE_AMOUNT = 10**11
 MAX_NIGHTS = 30
 MAX_SEARCH_HITS = 10
 SNIPPET_WORDS = 30
@@ -235,8 +240,15 @@ def convert_currency(amount: float, from_currency: Currency, to_currency: Curren
         raise ToolError(f"amount must be a number, got {amount!r}") from None
     if not value.is_finite():
         raise ToolError(f"amount must be a finite number, got {amount!r}")
+    if abs(value) > MAX_CONVERTIBLE_AMOUNT:
+        raise ToolError(
+            f"amount {amount!r} is too large to convert; the limit is "
+            f"{MAX_CONVERTIBLE_AMOUNT:,} either side of zero"
+        )
     converted = value * INR_PER_UNIT[from_currency] / INR_PER_UNIT[to_currency]
-    return float(converted.quantize(Decimal("0.01"), ROUND_HALF_UP))
+    rounded = converted.quantize(Decimal("0.01"), ROUND_HALF_UP)
+    # A tiny negative amount rounds to -0.00, which would come back as -0.0.
+    return 0.0 if rounded.is_zero() else float(rounded)
 
 
 @tool
@@ -383,26 +395,45 @@ def _once(
     idempotency_key: str,
     args: dict[str, Any],
     result: dict[str, Any],
-    effect: Callable[[LedgerEntry], None],
+    *,
+    check: Callable[[LedgerEntry], None] | None = None,
+    deliver: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Record ``result`` and run ``effect`` unless the key is known; else return its result.
+    """Record ``result`` and do the effect unless the key is known; else return its result.
 
-    The entry's details are the arguments (what the admin and the reports show) plus "result".
+    The entry's details are the arguments (what the admin and the reports show) plus "result",
+    added only once the effect is done: an entry without it is a delivery that never finished.
     """
-    # The entry and the effect commit together: if the effect raises, the entry is rolled back
-    # and a retry with the same key does the work. get_or_create handles a concurrent insert.
+    # check (a database effect) commits with the entry: if it raises, nothing is recorded.
+    # get_or_create handles a concurrent insert: the loser finds the winner's entry.
     with transaction.atomic():
         entry, created = LedgerEntry.objects.get_or_create(
             idempotency_key=idempotency_key,
             defaults={
                 "kind": kind,
-                "details": {**args, "result": result},
+                "details": args if deliver else {**args, "result": result},
                 "reference": result["reference"],
             },
         )
         if not created:
             return _replay(entry, kind, args)
-        effect(entry)
+        if check:
+            check(entry)
+    if deliver:
+        # Outside any transaction: a hung mail server must not hold the database's write lock,
+        # and the claim committed above keeps a repeat call from delivering a second time.
+        try:
+            deliver()
+        except Exception:
+            # Nothing went out, so a retry with the same key may deliver.
+            entry.delete()
+            raise
+        try:
+            LedgerEntry.objects.filter(pk=entry.pk).update(details={**args, "result": result})
+        except DatabaseError:
+            # The effect happened, so failing the call would invite a repeat under a new key;
+            # the entry stays unfinished and a repeat with this key is refused.
+            logger.exception("%s %s was delivered but not marked done", kind, entry.reference)
     return result
 
 
@@ -417,6 +448,11 @@ def _replay(entry: LedgerEntry, kind: str, args: dict[str, Any]) -> dict[str, An
         raise ToolError(
             f"this idempotency key was already used for a different {kind} ({entry.reference}); "
             "a new action needs a new key"
+        )
+    if "result" not in entry.details:
+        raise ToolError(
+            f"an earlier call with this key ({kind} {entry.reference}) started but did not "
+            "finish, so it may have gone out; not repeating it (a new key does it anyway)"
         )
     return entry.details["result"]
 
@@ -442,11 +478,11 @@ def send_email(to: str, subject: str, body: str, idempotency_key: str) -> dict:
     reference = _reference("EM", idempotency_key)
     result = {"status": "sent", "reference": reference, "to": to}
 
-    def deliver(entry: LedgerEntry) -> None:
+    def deliver() -> None:
         django_send_mail(subject, body, None, [to], fail_silently=False)
 
     args = {"to": to, "subject": subject, "body": body}
-    return _once("email", idempotency_key, args, result, deliver)
+    return _once("email", idempotency_key, args, result, deliver=deliver)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -482,7 +518,7 @@ def issue_refund(order_id: str, amount_inr: int, reason: str, idempotency_key: s
             )
 
     args = {"order_id": order["id"], "amount_inr": amount_inr, "reason": reason}
-    return _once("refund", idempotency_key, args, result, check_total)
+    return _once("refund", idempotency_key, args, result, check=check_total)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -516,7 +552,7 @@ def book_flight(
         "price_inr": price_inr,
     }
     result = {"status": "booked", "reference": _reference("FL", idempotency_key), **args}
-    return _once("flight", idempotency_key, args, result, lambda entry: None)
+    return _once("flight", idempotency_key, args, result)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -551,4 +587,4 @@ def book_hotel(
         "price_inr": price_inr,
     }
     result = {"status": "booked", "reference": _reference("HT", idempotency_key), **args}
-    return _once("hotel", idempotency_key, args, result, lambda entry: None)
+    return _once("hotel", idempotency_key, args, result)

@@ -1,6 +1,7 @@
 """The read-only demo tools: catalog prices, currency, fares, hotels, orders and search."""
 
 import json
+import math
 import re
 
 import pytest
@@ -80,9 +81,38 @@ def test_an_unknown_currency_is_a_tool_error():
         convert_currency(1, "JPY", "INR")  # type: ignore[arg-type]
 
 
-def test_a_non_finite_amount_is_a_tool_error():
+@pytest.mark.parametrize("amount", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_amount_is_a_tool_error(amount):
     with pytest.raises(ToolError, match="finite"):
-        convert_currency(float("nan"), "USD", "INR")
+        convert_currency(amount, "USD", "INR")
+
+
+@pytest.mark.parametrize("amount", [1e25, 1e26, 1e30, 1e308, -1e25, 100_000_000_001])
+def test_an_amount_beyond_the_limit_is_a_tool_error_naming_it(amount):
+    with pytest.raises(ToolError, match="too large to convert; the limit is 100,000,000,000 "):
+        convert_currency(amount, "USD", "INR")
+
+
+@pytest.mark.parametrize(
+    ("amount", "source", "target", "expected"),
+    [
+        (100_000_000_000, "GBP", "INR", 11_700_000_000_000.0),
+        (-100_000_000_000, "INR", "GBP", -854_700_854.7),
+        (-5, "USD", "INR", -440.0),
+        (-0.001, "USD", "INR", -0.09),
+    ],
+)
+def test_amounts_up_to_the_limit_either_side_of_zero_convert_to_the_cent(
+    amount, source, target, expected
+):
+    assert convert_currency(amount, source, target) == expected
+
+
+@pytest.mark.parametrize("amount", [-0.0, -0.00001])
+def test_an_amount_that_rounds_to_zero_converts_to_zero_not_minus_zero(amount):
+    result = convert_currency(amount, "USD", "INR")
+    assert result == 0.0
+    assert math.copysign(1, result) == 1
 
 
 def test_flight_fares_are_deterministic_plausible_and_vary_by_date_and_direction():

@@ -1,7 +1,11 @@
 """Destructive demo tools: validated, recorded in the ledger, done once per idempotency key."""
 
+import threading
+
 import pytest
 from django.core import mail
+from django.db import OperationalError, connection, connections
+from django.db.models import QuerySet
 
 from plans.models import LedgerEntry
 from plans.tools import ToolError, get_registry
@@ -216,3 +220,87 @@ def test_an_over_long_idempotency_key_is_refused_before_any_side_effect():
     with pytest.raises(ValueError, match="1-64 characters"):
         email("k" * 65)
     assert mail.outbox == []
+
+
+def in_another_thread(work):
+    """What work() returns or raises, run on a thread with its own database connection."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(work())
+        except Exception as error:
+            outcome.append(error)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return outcome[0]
+
+
+def write_a_booking():
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout = 200")  # fail fast rather than after 30 s
+    LedgerEntry.objects.create(kind="flight", idempotency_key="other", details={})
+    return "written"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_transaction_is_open_while_an_email_is_delivered(monkeypatch):
+    seen = {}
+
+    def deliver(*args, **kwargs):
+        seen["in a transaction"] = connection.in_atomic_block
+        seen["claim visible elsewhere"] = in_another_thread(
+            LedgerEntry.objects.filter(idempotency_key="key-email-1").exists
+        )
+        seen["another writer"] = in_another_thread(write_a_booking)
+
+    monkeypatch.setattr(builtin_tools, "django_send_mail", deliver)
+    email()
+
+    assert seen == {
+        "in a transaction": False,
+        "claim visible elsewhere": True,
+        "another writer": "written",
+    }
+
+
+def test_a_repeat_while_the_first_email_is_being_delivered_is_refused(monkeypatch):
+    sent, refusals = [], []
+
+    def deliver_while_repeated(*args, **kwargs):
+        sent.append(args)
+        try:
+            email()
+        except ToolError as error:
+            refusals.append(str(error))
+
+    monkeypatch.setattr(builtin_tools, "django_send_mail", deliver_while_repeated)
+    first = email()
+
+    assert len(sent) == 1
+    assert refusals == [
+        f"an earlier call with this key (email {first['reference']}) started but did not "
+        "finish, so it may have gone out; not repeating it (a new key does it anyway)"
+    ]
+    assert email() == first  # finished now: a repeat returns the recorded result
+    assert len(sent) == 1
+
+
+def test_an_email_sent_but_not_marked_done_is_reported_sent_and_never_repeated(monkeypatch, caplog):
+    def locked(queryset, **fields):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(QuerySet, "update", locked)
+    first = email()
+    monkeypatch.undo()
+
+    assert first["status"] == "sent"
+    assert f"email {first['reference']} was delivered but not marked done" in caplog.text
+    with pytest.raises(ToolError, match="started but did not finish"):
+        email()
+    assert len(mail.outbox) == 1
