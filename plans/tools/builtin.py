@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail as django_send_mail
@@ -31,6 +31,7 @@ from plans.models import LedgerEntry
 from plans.tools.calculator import evaluate
 from plans.tools.errors import ToolError
 from plans.tools.registry import tool
+from plans.tools.schema import Between
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ INR_PER_UNIT: dict[str, Decimal] = {
 MAX_CONVERTIBLE_AMOUNT = 10**11
 MAX_NIGHTS = 30
 MAX_SEARCH_HITS = 10
+# In the schemas too, so a plan asking for a value outside them is invalid before it runs.
+Nights = Annotated[int, Between(1, MAX_NIGHTS)]
+SearchHits = Annotated[int, Between(1, MAX_SEARCH_HITS)]
+Rupees = Annotated[int, Between(low=1)]
 SNIPPET_WORDS = 30
 TITLE_BOOST = 3
 
@@ -275,7 +280,7 @@ def flight_price(origin: str, destination: str, date: str) -> int:
 
 
 @tool
-def hotel_price(city: str, nights: int) -> int:
+def hotel_price(city: str, nights: Nights) -> int:
     """Total price in INR of a standard hotel room in an Indian city for a number of nights.
 
     Args:
@@ -354,7 +359,7 @@ def _snippet(doc: _Doc, query: set[str]) -> str:
 
 
 @tool
-def search(query: str, limit: int = 3) -> list[dict]:
+def search(query: str, limit: SearchHits = 3) -> list[dict]:
     """Search the shop's library (agent design notes and shop policies) and return cited
     snippets; cite a hit in an answer by its "cite" text, e.g. [refund-policy].
 
@@ -486,7 +491,7 @@ def send_email(to: str, subject: str, body: str, idempotency_key: str) -> dict:
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
-def issue_refund(order_id: str, amount_inr: int, reason: str, idempotency_key: str) -> dict:
+def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key: str) -> dict:
     """Refund part or all of a demo order to the customer's original payment method (once per
     idempotency key); refunds of an order never exceed what was paid for it.
 
@@ -523,7 +528,12 @@ def issue_refund(order_id: str, amount_inr: int, reason: str, idempotency_key: s
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
 def book_flight(
-    origin: str, destination: str, date: str, passenger: str, price_inr: int, idempotency_key: str
+    origin: str,
+    destination: str,
+    date: str,
+    passenger: str,
+    price_inr: Rupees,
+    idempotency_key: str,
 ) -> dict:
     """Book an economy seat at the fare quoted by flight_price (once per idempotency key).
 
@@ -557,7 +567,7 @@ def book_flight(
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
 def book_hotel(
-    city: str, check_in: str, nights: int, guest: str, price_inr: int, idempotency_key: str
+    city: str, check_in: str, nights: Nights, guest: str, price_inr: Rupees, idempotency_key: str
 ) -> dict:
     """Book a standard hotel room at the price quoted by hotel_price (once per idempotency key).
 

@@ -45,3 +45,27 @@ def test_a_range_on_a_non_number_is_refused_when_the_tool_is_declared():
 def test_a_range_whose_ends_are_swapped_is_refused():
     with pytest.raises(ValueError, match=r"Between\(5, 1\): low is above high"):
         Between(5, 1)
+
+
+@pytest.mark.django_db
+def test_a_built_in_tool_asked_for_a_value_outside_its_range_makes_the_plan_invalid(author):
+    from plans.services.runs import run_create
+
+    steps = [
+        {"id": 1, "tool": "search", "args": {"query": "agents", "limit": 0}, "depends_on": []},
+        {"id": 2, "tool": "hotel_price", "args": {"city": "Goa", "nights": 31}, "depends_on": []},
+        {
+            "id": 3,
+            "tool": "issue_refund",
+            "args": {"order_id": "A-1001", "amount_inr": -5, "reason": "damaged"},
+            "depends_on": [],
+        },
+    ]
+    run = run_create(author=author, goal_text="ranges", plan_data={"steps": steps})
+
+    assert run.status == "invalid_plan"
+    assert run.plans.get().problems == [
+        "step 1: argument 'limit' must be >= 1",
+        "step 2: argument 'nights' must be <= 30",
+        "step 3: argument 'amount_inr' must be >= 1",
+    ]
