@@ -6,7 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from plans.models import LedgerEntry, ModelCall, Run, RunEvent, ToolCall
+from plans.models import Goal, LedgerEntry, ModelCall, Run, RunEvent, ToolCall
 from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,7 +195,7 @@ def test_a_plan_file_holding_a_nul_character_exits_2_naming_it(tmp_path):
     [
         (None, r"plan file .*missing\.json does not exist"),
         (b'{"steps": [\xff]}', r"is not UTF-8 text: byte 0xff at offset 11"),
-        (b'{"steps": [}', r"is not valid JSON: Expecting value at line 1 column 12"),
+        (b'\xef\xbb\xbf{"steps": [\xff]}', r"is not UTF-8 text: byte 0xff at offset 14"),
         ("directory", r"cannot be read: Is a directory"),
     ],
 )
@@ -210,3 +210,113 @@ def test_a_plan_file_that_cannot_be_read_is_refused_saying_why(tmp_path, write, 
         call_command("run_goal", "x", "--plan-file", str(path), "--json", stdout=StringIO())
 
     assert not Run.objects.exists()
+
+
+def assert_nothing_was_created_or_run():
+    assert not Goal.objects.exists()
+    assert not Run.objects.exists()
+    assert not ModelCall.objects.exists()
+    assert not ToolCall.objects.exists()
+    assert not LedgerEntry.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "got"),
+    [
+        ("null", "null"),
+        ("[]", "array"),
+        ('"text"', "string"),
+        ("3", "integer"),
+        ("true", "boolean"),
+    ],
+)
+def test_a_plan_file_that_is_not_an_object_is_an_invalid_plan_and_nothing_runs(
+    tmp_path, content, got
+):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(content)
+
+    # The offline planner would plan (and --approve-all would execute) a refund and an email.
+    code, out = run_goal(
+        "Refund order A-1001 for a damaged item", "--plan-file", str(plan_file), "--approve-all"
+    )
+
+    assert code == 2
+    assert out == {
+        "run_id": None,
+        "status": "invalid_plan",
+        "problems": [f'the plan file must hold a JSON object with a "steps" list, got {got}'],
+    }
+    assert_nothing_was_created_or_run()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"steps": [}', "is not valid JSON: Expecting value at line 1 column 12"),
+        (b"not json", "is not valid JSON: Expecting value at line 1 column 1"),
+        (b'{"steps": []}\n{"steps": []}', "is not valid JSON: Extra data at line 2 column 1"),
+        (b"", "is not valid JSON: Expecting value at line 1 column 1 (the file is empty)"),
+        (b" \n", "is not valid JSON: Expecting value at line 2 column 1 (the file is empty)"),
+        (b'{"steps": ' + b"[" * 100_000, "is nested too deeply to read"),
+        (
+            b'{"steps": [{"id": ' + b"9" * 5000 + b"}]}",
+            "cannot be read: an integer has more than 4,300 digits",
+        ),
+    ],
+)
+def test_a_plan_file_that_json_cannot_read_is_an_invalid_plan_naming_why(
+    tmp_path, content, problem
+):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_bytes(content)
+
+    code, out = run_goal(
+        "Refund order A-1001 for a damaged item", "--plan-file", str(plan_file), "--approve-all"
+    )
+
+    assert code == 2
+    assert out == {
+        "run_id": None,
+        "status": "invalid_plan",
+        "problems": [f"the plan file {problem}"],
+    }
+    assert_nothing_was_created_or_run()
+
+
+def test_an_unreadable_plan_file_is_reported_as_text_without_a_traceback(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text("null")
+    out = StringIO()
+
+    with pytest.raises(SystemExit) as exit_:
+        call_command("run_goal", "x", "--plan-file", str(plan_file), stdout=out)
+
+    assert exit_.value.code == 2
+    assert out.getvalue().splitlines() == [
+        "invalid_plan (no run created)",
+        "The plan is invalid:",
+        '  - the plan file must hold a JSON object with a "steps" list, got null',
+    ]
+
+
+def test_a_rejected_goal_is_named_before_a_plan_file_that_holds_no_plan(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text("null")
+
+    with pytest.raises(CommandError, match="The goal is empty"):
+        call_command("run_goal", "  ", "--plan-file", str(plan_file), "--json", stdout=StringIO())
+
+    assert not Run.objects.exists()
+
+
+def test_a_plan_file_starting_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_bytes(b"\xef\xbb\xbf" + json.dumps(SEED_PLAN).encode())
+
+    code, out = run_goal(
+        "Total price of an iPhone 16 and AirPods 4 in INR", "--plan-file", str(plan_file)
+    )
+
+    assert code == 0, out
+    assert out["steps"]["3"]["result"] == 92800

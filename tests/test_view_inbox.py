@@ -166,6 +166,52 @@ def test_arguments_that_are_not_json_are_refused_with_a_clear_message(client, au
     assert approval.decision == Approval.Decision.PENDING
 
 
+@pytest.mark.parametrize(
+    ("draft", "error"),
+    [
+        ("[" * 100_000, "are nested too deeply to read"),
+        (
+            '{"order_id": ' + "9" * 5000 + "}",
+            "cannot be read: an integer has more than 4,300 digits",
+        ),
+    ],
+)
+def test_arguments_json_cannot_read_are_refused_like_invalid_json(
+    client, author, reviewer, draft, error
+):
+    run = parked_run(author, REFUND_GOAL)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+
+    response = decide(client, [approval], "approve", **{f"args-{approval.pk}": draft})
+
+    html = response.content.decode()
+    approval.refresh_from_db()
+    assert response.status_code == 422
+    assert f"The arguments of step 2 (issue_refund) {error}. Nothing was decided." in html
+    assert approval.decision == Approval.Decision.PENDING
+
+
+def test_arguments_json_cannot_read_are_refused_without_javascript_too(client, author, reviewer):
+    run = parked_run(author, REFUND_GOAL)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    first = approval
+    data = {
+        "group": f"{first.run_id}-{first.step.round}",
+        "approval": [approval.pk],
+        "decision": "approve",
+        f"args-{approval.pk}": "[" * 100_000,
+    }
+
+    response = client.post(reverse("plans:decide"), data, follow=True)
+
+    approval.refresh_from_db()
+    assert response.status_code == 200
+    assert "are nested too deeply to read" in response.content.decode()
+    assert approval.decision == Approval.Decision.PENDING
+
+
 def test_arguments_the_tool_does_not_accept_are_refused_by_the_service(client, author, reviewer):
     run = parked_run(author, REFUND_GOAL)
     approval = Approval.objects.get(run=run)

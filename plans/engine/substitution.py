@@ -7,7 +7,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}")
+# ASCII only: without re.ASCII, \d matches any Unicode digit (an Arabic-Indic one, U+0661, would
+# name step 1) and \s any Unicode space, so text that only looks like a placeholder would resolve.
+PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}", re.ASCII)
 
 
 class UnresolvedPlaceholder(KeyError):

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_GET, require_POST
 
+from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
 from plans.roles import may_see_run
 from plans.services.approvals import ApprovalRefused, approvals_decide
@@ -188,12 +189,9 @@ def _parse_edits(
             continue
         where = f"step {approval.step.step_id} ({approval.tool})"
         try:
-            args = json.loads(draft)
-        except json.JSONDecodeError as bad:
-            return {}, (
-                f"The arguments of {where} are not valid JSON: {bad.msg} "
-                f"(line {bad.lineno}, column {bad.colno}). Nothing was decided."
-            )
+            args = read_json(draft)
+        except JSONUnreadable as bad:
+            return {}, f"The arguments of {where} {bad.plural}. Nothing was decided."
         if not isinstance(args, dict):
             return {}, (
                 f"The arguments of {where} must be a JSON object ({{...}}). Nothing was decided."

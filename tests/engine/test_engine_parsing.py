@@ -4,6 +4,7 @@ import pytest
 from engine_catalog import SEED_PLAN
 
 from plans.engine import MAX_PLANNER_OUTPUT_CHARS, PlanParseError, parse_planner_output
+from plans.engine.parsing import JSONUnreadable, read_json
 
 SEED_TEXT = json.dumps(SEED_PLAN, indent=2)
 
@@ -100,7 +101,9 @@ def test_output_nested_too_deeply_is_refused():
 
 
 def test_an_integer_too_long_to_read_is_refused():
-    assert parse_error('{"id": ' + "9" * 5000 + "}").startswith("planner output cannot be read: ")
+    assert parse_error('{"id": ' + "9" * 5000 + "}") == (
+        "planner output cannot be read: an integer has more than 4,300 digits"
+    )
 
 
 def test_output_that_is_not_text_is_refused():
@@ -112,3 +115,86 @@ def test_many_stray_braces_are_refused_quickly():
     text = ('{"k":' * 900 + "x") * 40
 
     assert parse_error(text).startswith("planner output is not valid JSON: Expecting value")
+
+
+STEP_1 = '{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}}'
+STEP_2 = '{"id": 2, "tool": "price", "args": {"item": "AirPods 4"}}'
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        # Truncated after one whole step: not "the plan must have a steps list".
+        (
+            f'{{"steps": [{STEP_1}, {{"id": 2, "tool": "price", "args": {{"item": "Air',
+            "Unterminated string starting at line 1 column 115",
+        ),
+        # A trailing comma after the last step.
+        (f'{{"steps": [{STEP_1},]}}', "Expecting value at line 1 column 70"),
+        # Truncated after two whole steps: not "2 JSON objects; expected one".
+        (
+            f'{{"steps": [{STEP_1}, {STEP_2}, {{"id": 3',
+            "Expecting ',' delimiter at line 1 column 138",
+        ),
+        # A trailing comma inside the first step; the second step is whole.
+        (
+            f'{{"steps": [{{"id": 1, "args": {{"item": "x",}}}}, {STEP_2}]}}',
+            "Expecting property name enclosed in double quotes at line 1 column 43",
+        ),
+        # The same, inside prose and inside a fence.
+        (
+            f'Here is the plan: {{"steps": [{STEP_1},]}} Done.',
+            "Expecting value at line 1 column 88",
+        ),
+        (f'```json\n{{"steps": [{STEP_1},\n]}}\n```', "Expecting value at line 3 column 1"),
+        # Brackets inside the broken object's strings do not end it early.
+        (
+            f'{{"steps": [{{"id": 1, "args": {{"item": "]}}]}}"}},}}, {STEP_2}]}}',
+            "Expecting property name enclosed in double quotes at line 1 column 47",
+        ),
+    ],
+)
+def test_a_broken_object_is_reported_as_invalid_json_and_not_by_the_steps_inside_it(text, error):
+    message = parse_error(text)
+
+    assert message.startswith("planner output is not valid JSON: ")
+    assert message.endswith(error)
+
+
+def test_a_broken_object_in_prose_does_not_hide_a_whole_one_after_it():
+    text = f'The shape is {{"steps": [...]}}; here it is: {{"steps": [{STEP_1}]}}'
+
+    assert parse_planner_output(text) == {"steps": [json.loads(STEP_1)]}
+
+
+@pytest.mark.parametrize(
+    ("text", "singular", "plural"),
+    [
+        (
+            '{"a": }',
+            "is not valid JSON: Expecting value at line 1 column 7",
+            "are not valid JSON: Expecting value at line 1 column 7",
+        ),
+        (
+            '\n"abc',
+            "is not valid JSON: Unterminated string starting at line 2 column 1",
+            "are not valid JSON: Unterminated string starting at line 2 column 1",
+        ),
+        ("[" * 100_000, "is nested too deeply to read", "are nested too deeply to read"),
+        (
+            '{"n": ' + "9" * 5000 + "}",
+            "cannot be read: an integer has more than 4,300 digits",
+            "cannot be read: an integer has more than 4,300 digits",
+        ),
+    ],
+)
+def test_read_json_says_why_text_cannot_be_read(text, singular, plural):
+    with pytest.raises(JSONUnreadable) as caught:
+        read_json(text)
+
+    assert str(caught.value) == singular
+    assert caught.value.plural == plural
+
+
+def test_read_json_reads_what_json_loads_reads():
+    assert read_json(' {"a": [1, 2.5, null, true, "x"]} ') == {"a": [1, 2.5, None, True, "x"]}

@@ -82,3 +82,25 @@ def test_placeholder_refs_walks_arbitrarily_deep_nesting_without_recursion():
         value = [value]
 
     assert placeholder_refs(value) == {1}
+
+
+# Non-ASCII digits and spaces that re's \d and \s would accept in a str pattern.
+LOOKALIKES = [
+    "{{\u0661}}",  # ARABIC-INDIC DIGIT ONE
+    "{{\uff11}}",  # FULLWIDTH DIGIT ONE
+    "{{\u0967}}",  # DEVANAGARI DIGIT ONE
+    "{{\u00a01\u00a0}}",  # no-break spaces around an ASCII 1
+    "{{\u20031}}",  # EM SPACE
+    "{{1\u3000}}",  # IDEOGRAPHIC SPACE
+]
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_only_ascii_digits_and_spaces_make_a_placeholder(text):
+    assert placeholder_refs({"a": text}) == set()
+    assert resolve(text, RESULTS) == text
+    assert resolve(f"total {text}", RESULTS) == f"total {text}"
+
+
+def test_ascii_whitespace_inside_the_braces_still_makes_a_placeholder():
+    assert placeholder_refs(["{{\t1\n}}", "{{ 2\r}}"]) == {1, 2}

@@ -253,6 +253,28 @@ def test_placeholders_for_unknown_steps_or_the_step_itself_are_reported():
     ]
 
 
+def test_a_placeholder_with_a_non_ascii_digit_is_plain_text_and_not_a_dependency():
+    data = {
+        "steps": [
+            step(1, tool="price", args={"item": "Goa hotel"}),
+            # "{{\u0661}}" (ARABIC-INDIC DIGIT ONE) is not "{{1}}": no reference, no type pass.
+            step(2, tool="hotel_price", args={"city": "Goa", "nights": "{{\u0661}}"}),
+            step(3, tool="calculator", args={"expression": "{{\uff11}}+1"}),
+        ]
+    }
+
+    assert problems_of(data) == ["step 2: argument 'nights' must be an integer, got string"]
+
+
+def test_a_non_ascii_digit_placeholder_names_no_step_so_it_needs_no_dependency():
+    data = {"steps": [step(1), step(2, tool="calculator", args={"expression": "{{\u0661}}"})]}
+
+    plan = validate_plan(data, CATALOG, max_steps=None)
+
+    assert plan.step(2).depends_on == ()
+    assert plan.step(2).args == {"expression": "{{\u0661}}"}
+
+
 def test_a_placeholder_number_too_long_to_convert_is_reported_rather_than_raised():
     data = {"steps": [step(1, args={"a": "{{" + "9" * 5000 + "}}"})]}
 

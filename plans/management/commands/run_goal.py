@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 import time
@@ -11,11 +12,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from plans.engine import json_type_name
+from plans.engine.parsing import JSONUnreadable, read_json
 from plans.execution import advance_run
 from plans.models import Approval, Run
 from plans.services.approvals import approvals_decide, plan_decide
 from plans.services.plans import plan_current
-from plans.services.runs import GoalRejected, run_create, run_summary
+from plans.services.runs import GoalRejected, goal_clean, run_create, run_summary
 
 EXIT_INVALID_PLAN = 2
 EXIT_NOT_COMPLETED = 3
@@ -46,7 +49,17 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        plan_data = _read_plan_file(options["plan_file"]) if options["plan_file"] else None
+        plan_data = None
+        if options["plan_file"] is not None:
+            plan_data, problem = _plan_from_text(_read_plan_file(options["plan_file"]))
+            if problem:
+                # No run is created: run_create takes a plan of None to mean "ask the planner".
+                try:
+                    goal_clean(options["goal"])
+                except GoalRejected as error:
+                    raise CommandError(str(error)) from error
+                self._report_problems(None, [problem], as_json=options["json"])
+                sys.exit(EXIT_INVALID_PLAN)
         author, _ = get_user_model().objects.get_or_create(username=options["author"])
         try:
             run = run_create(
@@ -90,21 +103,13 @@ class Command(BaseCommand):
 
     def _report(self, run: Run, *, as_json: bool) -> None:
         summary = run_summary(run)
+        if run.status == Run.Status.INVALID_PLAN:
+            self._report_problems(run.pk, summary["plan"]["problems"], as_json=as_json)
+            return
         if as_json:
-            if run.status == Run.Status.INVALID_PLAN:
-                summary = {
-                    "run_id": run.pk,
-                    "status": run.status,
-                    "problems": summary["plan"]["problems"],
-                }
             self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
             return
         self.stdout.write(f"run {run.pk}: {run.status}")
-        if run.status == Run.Status.INVALID_PLAN:
-            self.stdout.write("The plan is invalid:")
-            for problem in summary["plan"]["problems"]:
-                self.stdout.write(f"  - {problem}")
-            return
         for depth, step_ids in enumerate(summary["rounds"], start=1):
             self.stdout.write(f"round {depth}:")
             for step_id in step_ids:
@@ -125,21 +130,48 @@ class Command(BaseCommand):
             f"${summary['cost_usd']:.6f}"
         )
 
+    def _report_problems(self, run_id: int | None, problems: list[str], *, as_json: bool) -> None:
+        """An invalid plan: of a run, or (run_id None) of a plan file no run was created for."""
+        status = Run.Status.INVALID_PLAN
+        if as_json:
+            report = {"run_id": run_id, "status": status, "problems": problems}
+            self.stdout.write(json.dumps(report, indent=2, ensure_ascii=False))
+            return
+        self.stdout.write(
+            f"{status} (no run created)" if run_id is None else f"run {run_id}: {status}"
+        )
+        self.stdout.write("The plan is invalid:")
+        for problem in problems:
+            self.stdout.write(f"  - {problem}")
 
-def _read_plan_file(path: Path) -> Any:
+
+def _read_plan_file(path: Path) -> str:
+    """The file's text, without a UTF-8 byte-order mark; CommandError if it cannot be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError as error:
         raise CommandError(f"plan file {path} does not exist") from error
+    except OSError as error:
+        raise CommandError(f"plan file {path} cannot be read: {error.strerror}") from error
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[bom:].decode("utf-8")
     except UnicodeDecodeError as error:
         raise CommandError(
             f"plan file {path} is not UTF-8 text: byte {error.object[error.start]:#04x} "
-            f"at offset {error.start}"
+            f"at offset {bom + error.start}"
         ) from error
-    except OSError as error:
-        raise CommandError(f"plan file {path} cannot be read: {error.strerror}") from error
-    except json.JSONDecodeError as error:
-        raise CommandError(
-            f"plan file {path} is not valid JSON: {error.msg} at line {error.lineno} "
-            f"column {error.colno}"
-        ) from error
+
+
+def _plan_from_text(text: str) -> tuple[dict[str, Any] | None, str]:
+    """The plan file's object, or None and the problem that makes it no plan at all."""
+    try:
+        data = read_json(text)
+    except JSONUnreadable as error:
+        empty = " (the file is empty)" if not text.strip() else ""
+        return None, f"the plan file {error}{empty}"
+    if not isinstance(data, dict):
+        return None, (
+            f'the plan file must hold a JSON object with a "steps" list, got {json_type_name(data)}'
+        )
+    return data, ""
