@@ -165,23 +165,28 @@ class ToolThreads:
             raise
 
     def _serve_kept(self) -> None:
-        lock, work, backlog = self._lock, self._work, self._backlog
         while True:
-            call: Call | None = work.get()
-            while call is not None:
-                call._run()
-                with lock:
-                    if backlog:
-                        call = backlog.popleft()
-                    else:
-                        call = None
-                        self._idle += 1
+            self._run_calls(self._work.get(), self._kept_idle)
+
+    def _kept_idle(self) -> None:
+        self._idle += 1
+
+    def _run_calls(self, call: Call, become_idle: Callable[[], None]) -> None:
+        """Run call, then backlogged ones while there are any; then become_idle(), locked."""
+        lock, backlog = self._lock, self._backlog
+        while True:
+            call._run()
+            with lock:
+                if not backlog:
+                    become_idle()
+                    return
+                call = backlog.popleft()
 
     def _serve_spare(self, mailbox: queue.SimpleQueue[Call]) -> None:
-        lock, spares, backlog, timeout = self._lock, self._spares, self._backlog, self._idle_timeout
+        lock, spares, timeout = self._lock, self._spares, self._idle_timeout
         while True:
             try:
-                call: Call | None = mailbox.get(timeout=timeout)
+                call = mailbox.get(timeout=timeout)
             except queue.Empty:
                 with lock:
                     if mailbox in spares:  # else a call is promised to it: wait for that
@@ -189,14 +194,7 @@ class ToolThreads:
                         self._live -= 1
                         return
                 continue
-            while call is not None:
-                call._run()
-                with lock:
-                    if backlog:
-                        call = backlog.popleft()
-                    else:
-                        call = None
-                        spares.append(mailbox)
+            self._run_calls(call, lambda: spares.append(mailbox))
 
 
 _threads: ToolThreads | None = None
