@@ -44,7 +44,7 @@ from plans.engine import (
 )
 from plans.events import LeaseLost, append_events, publish_text
 from plans.leases import Heartbeat, Lease, lease_acquire, lease_release
-from plans.llm import Completion, ModelError, ModelRequest, get_model, model_for
+from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Approval, Goal, ModelCall, Run, Step, ToolCall
@@ -378,10 +378,12 @@ class RunAdvancer:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
             return self._fail(f"model call for {request.purpose} not made: {limited}")
         started = time.perf_counter()
+        billed = None
         try:
             completion = get_model().complete(request, on_text=on_text)
         except ModelError as exc:
             message = storable(str(exc))  # may quote the provider's reply
+            billed = exc.usage
         except Exception as exc:
             # A model backend's own bug ends the run here; left to escape, the run would be
             # taken up and crash again on every sweep.
@@ -391,7 +393,9 @@ class RunAdvancer:
             self._record_model_call(request, completion, prices, completion.latency_ms)
             return completion
         latency = int((time.perf_counter() - started) * 1000)
-        self._record_model_call(request, None, prices, latency_ms=latency, error=message)
+        self._record_model_call(
+            request, None, prices, latency_ms=latency, error=message, billed=billed
+        )
         return self._fail(f"model call for {request.purpose} failed: {message}")
 
     def _fail(self, error: str) -> None:
@@ -407,8 +411,9 @@ class RunAdvancer:
         prices: dict[str, float],
         latency_ms: int,
         error: str = "",
+        billed: Usage | None = None,
     ) -> None:
-        usage = completion.usage if completion else None
+        usage = completion.usage if completion else billed
         tokens = {
             "input_tokens": usage.input_tokens if usage else 0,
             "output_tokens": usage.output_tokens if usage else 0,

@@ -1,9 +1,14 @@
 """A model call that cannot be made, or whose backend breaks, ends the run as failed, once."""
 
+import json
+
+import anthropic
+import httpx2
 import pytest
 
 from plans import execution
 from plans.execution import advance_run
+from plans.llm.anthropic_model import AnthropicModel
 from plans.llm.offline import OfflineModel
 from plans.models import ModelCall, Run, Step
 from plans.services.runs import run_create
@@ -58,3 +63,55 @@ def test_a_model_missing_from_the_price_table_is_never_called_and_the_run_says_s
         "AGENTSITE_MODEL_PRICES"
     )
     assert not ModelCall.objects.filter(run=run).exists()
+
+
+def test_an_answer_stream_cut_short_records_the_input_it_was_billed_for(
+    author, settings, monkeypatch
+):
+    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
+    settings.ANTHROPIC_API_KEY = "test-key"
+    started = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-5-5",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1200, "output_tokens": 1},
+        },
+    }
+    events = [
+        started,
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The"}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    client = anthropic.Anthropic(
+        api_key="test-key",
+        base_url="https://api.example.test",
+        max_retries=0,
+        http_client=httpx2.Client(
+            transport=httpx2.MockTransport(
+                lambda request: httpx2.Response(
+                    200, content=body.encode(), headers={"content-type": "text/event-stream"}
+                )
+            )
+        ),
+    )
+    model = AnthropicModel(client, sleep=lambda seconds: None)
+    monkeypatch.setattr(execution, "get_model", lambda: model)
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
+    run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=plan)
+
+    assert advance_run(run.pk) == "failed"
+
+    call = ModelCall.objects.get(run=run, purpose="answer")
+    assert "broke off part-way" in call.error
+    assert (call.input_tokens, call.output_tokens) == (1200, 1)
+    assert call.cost_usd > 0
+    run.refresh_from_db()
+    assert run.input_tokens == 1200 and run.cost_usd == call.cost_usd

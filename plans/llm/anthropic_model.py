@@ -39,6 +39,14 @@ _STREAM_ERROR_STATUS = {
 }
 
 
+@dataclass
+class _Shown:
+    """What one streamed attempt passed on before it ended: any text, and the reply so far."""
+
+    text: bool = False
+    message: Any = None
+
+
 @dataclass(frozen=True)
 class _Failure:
     """One failed attempt: what went wrong, whether to try again, and any wait the server asked."""
@@ -86,10 +94,10 @@ class AnthropicModel:
         params = request_params(request)
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
-            emitted = [False]
+            shown = _Shown()
             started = time.perf_counter()
             try:
-                message = self._attempt(params, on_text, emitted)
+                message = self._attempt(params, on_text, shown)
                 text, usage = message_text(message), message_usage(message)
             except _UNREADABLE_REPLY as err:
                 # The API answered, but not in the Messages shape (a proxy's page, a cut JSON).
@@ -98,10 +106,12 @@ class AnthropicModel:
                 ) from err
             except (anthropic.APIError, httpx2.TransportError) as err:
                 failure = _describe(err)
-                if emitted[0]:
+                if shown.text:
                     # The caller already showed part of this reply; a retry would repeat it.
+                    # Its input was billed all the same (message_start reported it).
                     raise ModelError(
-                        f"The model's streamed reply broke off part-way: {failure.description}"
+                        f"The model's streamed reply broke off part-way: {failure.description}",
+                        usage=message_usage(shown.message) if shown.message else None,
                     ) from err
                 if not failure.retryable:
                     raise ModelError(f"The model API call failed: {failure.description}") from err
@@ -136,13 +146,14 @@ class AnthropicModel:
         self,
         params: dict[str, Any],
         on_text: Callable[[str], None] | None,
-        emitted: list[bool],
+        shown: _Shown,
     ) -> Any:
         if on_text is None:
             return self.client.messages.create(**params)
         with self.client.messages.stream(**params) as stream:
             for delta in stream.text_stream:
-                emitted[0] = True
+                shown.text = True
+                shown.message = stream.current_message_snapshot
                 on_text(delta)
             return stream.get_final_message()
 

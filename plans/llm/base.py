@@ -57,7 +57,14 @@ class Completion:
 
 
 class ModelError(Exception):
-    """The model call failed for good (after any retries); the message is user-readable."""
+    """The model call failed for good (after any retries); the message is user-readable.
+
+    usage is what the provider billed for the failed call, when it said (a stream cut short).
+    """
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 def catalog_text(catalog: list[dict]) -> str:

@@ -49,6 +49,11 @@ def cost_usd(usage: Usage, prices: Mapping[str, float]) -> Decimal:
 
 
 def estimate_cost_usd(request: ModelRequest, prices: Mapping[str, float]) -> Decimal:
-    """A pessimistic estimate before the call: estimated input at full price, max_tokens output."""
-    usage = Usage(input_tokens=request.estimated_input_tokens(), output_tokens=request.max_tokens)
+    """A pessimistic estimate before the call: max_tokens of output, and the estimated input
+    at the dearer of the input and cache-write prices (a cold cache writes the prefix)."""
+    tokens = request.estimated_input_tokens()
+    if _price(prices, "cache_write") > _price(prices, "input"):
+        usage = Usage(cache_write_tokens=tokens, output_tokens=request.max_tokens)
+    else:
+        usage = Usage(input_tokens=tokens, output_tokens=request.max_tokens)
     return cost_usd(usage, prices)

@@ -287,11 +287,15 @@ def test_a_stream_that_breaks_after_text_was_shown_is_not_retried():
     server = Server(sse(*events), message("never sent"))
     received = []
 
-    with pytest.raises(ModelError, match=r"broke off part-way.*HTTP 529 overloaded_error"):
+    with pytest.raises(
+        ModelError, match=r"broke off part-way.*HTTP 529 overloaded_error"
+    ) as raised:
         model_for(server).complete(answer(), on_text=received.append)
 
     assert received == ["partial "]
     assert len(server.requests) == 1
+    # The input was billed: message_start said so, and the error carries it to be recorded.
+    assert raised.value.usage == Usage(input_tokens=5, output_tokens=1)
 
 
 def test_the_default_client_has_sdk_retries_off_and_the_configured_timeout(settings):

@@ -45,7 +45,7 @@ def test_prices_lacking_a_token_class_are_refused():
         cost_usd(Usage(input_tokens=1), {"input": 1, "output": 1, "cache_read": 1})
 
 
-def test_the_estimate_charges_estimated_input_and_all_of_max_tokens():
+def test_the_estimate_charges_estimated_input_at_the_cache_write_price_and_all_of_max_tokens():
     request = ModelRequest(
         model="m",
         system="s" * 400,
@@ -56,7 +56,10 @@ def test_the_estimate_charges_estimated_input_and_all_of_max_tokens():
     )
     # 400 + 2 (separator) + 398 characters = 200 tokens of input.
     assert request.estimated_input_tokens() == 200
-    assert estimate_cost_usd(request, SONNET) == Decimal("0.01560000")
+    # 200 * 3.75 (a cache write costs more than plain input) + 1000 * 15 = 15750 micro-dollars.
+    assert estimate_cost_usd(request, SONNET) == Decimal("0.01575000")
+    without_cache_premium = {**SONNET, "cache_write": 3.00}
+    assert estimate_cost_usd(request, without_cache_premium) == Decimal("0.01560000")
 
 
 def test_usages_add_up_class_by_class():
