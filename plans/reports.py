@@ -75,7 +75,7 @@ def runs_matching(
     # Day bounds become timestamps so the created_at index serves the range.
     if filters.date_from:
         runs = runs.filter(created_at__gte=_start_of_day(filters.date_from))
-    if filters.date_to:
+    if filters.date_to and filters.date_to < date.max:  # up to date.max is no bound at all
         runs = runs.filter(created_at__lt=_start_of_day(filters.date_to + timedelta(days=1)))
     if filters.tool:
         runs = runs.filter(_uses_tool(filters.tool))

@@ -332,3 +332,15 @@ def test_rejecting_one_of_two_identical_steps_leaves_the_other_to_its_own_decisi
     statuses = dict(Step.objects.filter(plan__run=run).values_list("step_id", "status"))
     assert statuses == {1: "blocked", 2: "succeeded"}
     assert len(mail.outbox) == 1
+
+
+@pytest.mark.parametrize("reason", ["bad\x00reason", "bad \ud800 reason"])
+def test_a_reason_that_cannot_be_stored_is_refused_and_nothing_is_decided(author, reviewer, reason):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+
+    with pytest.raises(ApprovalRefused, match="The reason holds text that cannot be stored"):
+        approval_decide(approval=approval, reviewer=reviewer, approve=False, reason=reason)
+
+    approval.refresh_from_db()
+    assert approval.decision == Approval.Decision.PENDING

@@ -76,3 +76,12 @@ def test_the_global_setting_holds_every_plan(author, settings):
     advance_run(run.pk)
 
     assert Run.objects.get(pk=run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
+
+
+def test_a_plan_rejection_reason_that_cannot_be_stored_is_refused(author, reviewer):
+    run = held_run(author)
+
+    with pytest.raises(ApprovalRefused, match="The reason holds text that cannot be stored"):
+        plan_decide(plan=plan_current(run), reviewer=reviewer, approve=False, reason="no\x00")
+
+    assert plan_current(run).decision == ""

@@ -115,7 +115,7 @@ def approvals_decide(
     resume: bool = True,
 ) -> list[Approval]:
     """Decide several approvals together, all or nothing."""
-    reason = reason.strip()
+    reason = _clean_reason(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject.")
     if via == "web":
@@ -168,7 +168,7 @@ def plan_decide(
     resume: bool = True,
 ) -> Plan:
     """A reviewer's decision on a whole plan, under the plan-approval policy."""
-    reason = reason.strip()
+    reason = _clean_reason(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject a plan.")
     if via == "web":
@@ -316,6 +316,14 @@ def _check_decision_allowed(
             "Four-eyes rule: you submitted this goal, so another reviewer must decide its "
             "destructive steps."
         )
+
+
+def _clean_reason(reason: str) -> str:
+    reason = reason.strip()
+    unstorable = unstorable_in(reason)
+    if unstorable is not None:
+        raise ApprovalRefused(f"The reason holds text that cannot be stored: {unstorable}.")
+    return reason
 
 
 def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:

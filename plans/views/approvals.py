@@ -18,6 +18,7 @@ from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
 from plans.roles import may_see_run
 from plans.services.approvals import ApprovalRefused, approvals_decide
+from plans.views.params import whole_number
 
 
 @dataclass
@@ -82,12 +83,13 @@ def inbox(request: HttpRequest) -> HttpResponse:
 def decide(request: HttpRequest) -> HttpResponse:
     """Approve or reject the ticked steps of one run's round together, all or nothing."""
     verdict = request.POST.get("decision")
-    run_id, _, round_no = request.POST.get("group", "").partition("-")
-    if verdict not in ("approve", "reject") or not (run_id.isdigit() and round_no.isdigit()):
+    run_text, _, round_text = request.POST.get("group", "").partition("-")
+    run_id, round_no = whole_number(run_text), whole_number(round_text)
+    if verdict not in ("approve", "reject") or run_id is None or round_no is None:
         return HttpResponse("expected a group (run-round) and a decision", status=400)
     approve = verdict == "approve"
     reason = request.POST.get("reason", "")
-    ids = [int(value) for value in request.POST.getlist("approval") if value.isdigit()]
+    ids = [n for n in map(whole_number, request.POST.getlist("approval")) if n is not None]
     chosen = list(
         Approval.objects.filter(pk__in=ids, run_id=run_id, step__round=round_no).select_related(
             "run__goal__author", "step"
@@ -122,7 +124,7 @@ def decide(request: HttpRequest) -> HttpResponse:
             verb = "Approved" if approve else "Rejected"
             messages.success(request, f"{verb} {len(chosen)} step{pluralize(len(chosen))}.")
         return redirect("plans:inbox")
-    group = _group_after_decision(request, int(run_id), int(round_no), chosen, drafts)
+    group = _group_after_decision(request, run_id, round_no, chosen, drafts)
     if group is None:
         return render(request, "plans/inbox.html#refusal", {"error": error}, status=status)
     group.error = error

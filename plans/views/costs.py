@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from plans.circuits import circuit_states
 from plans.reports import COST_WINDOWS, DEFAULT_COST_WINDOW, cost_report
+from plans.views.params import whole_number
 
 # The report scans a month of calls (about 1.5 s at 100,000 runs on SQLite); a minute-old
 # figure is fine for spend and health, and the page says how old it is.
@@ -21,8 +22,8 @@ REPORT_CACHE_SECONDS = 60
 @permission_required("plans.view_costs", raise_exception=True)
 @require_GET
 def costs(request: HttpRequest) -> HttpResponse:
-    days = request.GET.get("days", "")
-    window = int(days) if days.isdigit() and int(days) in COST_WINDOWS else DEFAULT_COST_WINDOW
+    days = whole_number(request.GET.get("days", ""))
+    window = days if days in COST_WINDOWS else DEFAULT_COST_WINDOW
     report = cache.get_or_set(
         f"cost-report:{window}:{timezone.localdate()}",
         lambda: cost_report(days=window),

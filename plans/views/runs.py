@@ -28,6 +28,7 @@ from plans.reports import (
     runs_visible_to,
 )
 from plans.tools import get_registry
+from plans.views.params import whole_number
 
 RUNS_PER_PAGE = 50
 RUNS_TABLE_ID = "runs-table"
@@ -167,9 +168,10 @@ def run_graph_svg(request: HttpRequest, run_id: int) -> HttpResponse:
     plans = run.plans.order_by("-version")
     version = request.GET.get("version", "")
     if version:
-        if not version.isdigit():
+        number = whole_number(version)
+        if number is None:
             raise Http404("No such plan version.")
-        plan = plans.filter(version=int(version)).first()
+        plan = plans.filter(version=number).first()
     else:
         plan = plans.filter(is_valid=True).first() or plans.first()
     if plan is None:
