@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import re
 import unicodedata
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 SVG_NS = "http://www.w3.org/2000/svg"
 FONT = "system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif"
@@ -209,6 +213,39 @@ def _text(
         },
     )
     element.text = visible_text(text)
+
+
+def shown_json(value: Any, *, indent: int | None = None) -> str:
+    r"""JSON of value for people to read, hidden characters written as \u escapes.
+
+    A reviewer decides on exact arguments: "\u202egnp.exe" must not pass for "exe.png". The
+    escapes are JSON's own, so the text still reads back as the same value.
+    """
+    separators = None if indent else (",", ":")
+    text = json.dumps(value, indent=indent, separators=separators, ensure_ascii=False, default=str)
+    return shown_text(text)
+
+
+def shown_text(text: str) -> str:
+    """The text with its hidden characters written as \\u escapes (see shown_json)."""
+    return _NON_ASCII.sub(_shown, text)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Characters that change how the text around them looks without showing themselves: format
+# characters (bidi overrides such as U+202E, zero-width ones) and line/paragraph separators.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+
+
+def _shown(match: re.Match[str]) -> str:
+    return _shown_char(match.group())
+
+
+@functools.lru_cache(maxsize=4096)
+def _shown_char(char: str) -> str:
+    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    return json.dumps(char)[1:-1]  # "\u202e"; a surrogate pair beyond the BMP
 
 
 def visible_text(text: str) -> str:

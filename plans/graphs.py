@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import html
-import json
 import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from typing import Any
 
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 
+from plans.charts import shown_json, shown_text
 from plans.charts import visible_text as _visible
 from plans.models import Plan, Step
 
@@ -154,18 +153,13 @@ def _node_label(step: Step) -> str:
     lines = [f"<B>{html.escape(title)}</B>"]
     args = step.args if isinstance(step.args, dict) else {"args": step.args}
     for name, value in list(args.items())[:LABEL_MAX_ARGS]:
-        text = f"{_visible(str(name))}={_visible(_compact_json(value))}"
+        text = f"{_visible(shown_text(str(name)))}={_visible(shown_json(value))}"
         lines.append(html.escape(_shorten(text)))
     if len(args) > LABEL_MAX_ARGS:
         lines.append(html.escape(f"+{len(args) - LABEL_MAX_ARGS} more"))
     if step.destructive:
         lines.append('<FONT COLOR="#b42318">destructive: needs approval</FONT>')
     return '<BR ALIGN="LEFT"/>'.join(lines) + '<BR ALIGN="LEFT"/>'
-
-
-def _compact_json(value: Any) -> str:
-    # JSON shows strings quoted and newlines as \n, so a label line is one line of text.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _shorten(text: str, limit: int = LABEL_LINE_CHARS) -> str:

@@ -1,17 +1,18 @@
 """Template filters for showing run data: JSON exactly as stored, readable."""
 
-import json
 from typing import Any
 
 from django import template
+
+from plans.charts import shown_json
 
 register = template.Library()
 
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON of a stored value (the template escapes it like any other text)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    """Indented JSON of a stored value, hidden characters shown (see plans.charts.shown_json)."""
+    return shown_json(value, indent=2)
 
 
 @register.filter

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
 from plans.roles import may_see_run
 from plans.services.approvals import ApprovalRefused, approvals_decide
+from plans.templatetags.agentsite import pretty_json
 from plans.views.params import whole_number
 
 
@@ -166,8 +166,7 @@ def decision_groups(
         group.cards.append(
             ApprovalCard(
                 approval=approval,
-                args_text=drafts.get(approval.pk)
-                or json.dumps(approval.args, indent=2, ensure_ascii=False),
+                args_text=drafts.get(approval.pk) or pretty_json(approval.args),
                 inputs=[
                     steps[(step.plan_id, dep)]
                     for dep in step.depends_on
