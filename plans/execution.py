@@ -221,8 +221,8 @@ class RunAdvancer:
             parked = StepsExecution(self, plan_row, steps).execute()
             if parked:
                 return Run.Status.AWAITING_APPROVAL
-            if self.recorder.cancel_requested or run.cancel_requested:
-                return self._finish(Run.Status.CANCELLED)
+            if self.recorder.cancel_requested or self.cancel_recorded():
+                return self._finish(Run.Status.CANCELLED)  # no replan, no answer
             if not self._may_replan(steps):
                 break
             replanned = self._replan(plan_row, steps)
@@ -344,6 +344,12 @@ class RunAdvancer:
         )
         self.lease.released = True
         return status
+
+    def cancel_recorded(self) -> bool:
+        """Read now, not at the last commit: nothing new may start once a cancel is recorded."""
+        if not self.run.cancel_requested:
+            self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
+        return self.run.cancel_requested
 
     def _set_status(self, status: str) -> None:
         self.run.status = status
@@ -485,17 +491,8 @@ class StepsExecution:
         self.reusable = _results_of_earlier_versions(plan_row)
         # Both only matter to destructive steps; a plan without any skips the queries.
         has_destructive = any(step.destructive for step in steps.values())
-        # Keys of destructive calls this run made: key -> the step that first used it.
-        self.destructive_keys = (
-            dict(
-                ToolCall.objects.filter(run_id=self.run.pk, step__destructive=True)
-                .order_by("pk")
-                .values_list("idempotency_key", "step_id")
-                .distinct()
-            )
-            if has_destructive
-            else {}
-        )
+        # Keys of destructive calls this run made or is making: key -> the step that holds it.
+        self.destructive_keys = _destructive_keys(self.run.pk) if has_destructive else {}
         self.declined = declined_calls(self.run) if has_destructive else {}
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
@@ -534,10 +531,13 @@ class StepsExecution:
                 raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} was lost")
             cancelled = self.recorder.cancel_requested or self.run.cancel_requested
             if not cancelled:
+                retry_due = bool(self.retries) and self.retries[0][0] <= time.monotonic()
+                if retry_due and self.advancer.cancel_recorded():
+                    continue  # the loop gives the retries up
                 self._retry_due(pool)
                 room = self.run.max_parallel_steps - len(self.inflight)
                 ready = self.scheduler.take_ready(limit=max(room, 0))
-                if ready and self._cancel_recorded():
+                if ready and self.advancer.cancel_recorded():
                     for step_id in ready:
                         self.scheduler.release(step_id)
                     continue
@@ -565,7 +565,7 @@ class StepsExecution:
             if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
                 last_poll = time.monotonic()
                 self._apply_decisions(pool)
-        if self.recorder.cancel_requested or self.run.cancel_requested:
+        if self.recorder.cancel_requested or self.advancer.cancel_recorded():
             self._skip_unstarted("skipped: the run was cancelled")
         self.recorder.flush()
         return False
@@ -645,7 +645,14 @@ class StepsExecution:
         step.attempts += 1
         step.started_at = timezone.now()
         step.resolved_args = args
-        self.recorder.step_changed(step, "status", "attempts", "started_at", "resolved_args")
+        key = self._call_key(step, spec, args)
+        if key == step.idempotency_key or not spec.destructive:
+            self.recorder.step_changed(step, "status", "attempts", "started_at", "resolved_args")
+        else:
+            step.idempotency_key = key  # on record with the attempt, before the side effect
+            self.recorder.step_changed(
+                step, "status", "attempts", "started_at", "resolved_args", "idempotency_key"
+            )
         self.recorder.event(
             "step_started",
             step=step.step_id,
@@ -662,7 +669,7 @@ class StepsExecution:
             invoke_tool,
             spec,
             args,
-            key=self._call_key(step, spec, args),
+            key=key,
             approval=approval,
             reply=self.completed.put,
         )
@@ -674,11 +681,14 @@ class StepsExecution:
         """The idempotency key: one per call, and a fresh one for an approved deliberate repeat.
 
         A destructive call identical to one another step of this run already made was approved
-        again for this step, so it gets a key of its own (stable across crashes: the step's).
+        again for this step, so it gets a key of its own. A destructive step keeps the key it was
+        first given (stored before the call), whatever order steps launch in after a crash.
         """
         key = self.call_hashes[step.step_id]  # the key is the call's identity
         if not spec.destructive:
             return key
+        if step.idempotency_key:
+            return step.idempotency_key
         first = self.destructive_keys.setdefault(key, step.pk)
         if first == step.pk:
             return key
@@ -709,7 +719,7 @@ class StepsExecution:
     def _apply_decisions(self, pool: ToolThreads) -> bool:
         """Launch or block the steps whose approvals were decided; True if there were any."""
         decided = self._decided()
-        if decided and self._cancel_recorded():
+        if decided and self.advancer.cancel_recorded():
             return True  # the loop sees the cancel and launches nothing
         # The rest wait for room, decided, and are launched on a later look.
         room = self.run.max_parallel_steps - len(self.inflight)
@@ -717,12 +727,6 @@ class StepsExecution:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
         return bool(decided)
-
-    def _cancel_recorded(self) -> bool:
-        """Read now, not at the last commit: no step may start once a cancel is recorded."""
-        if not self.run.cancel_requested:
-            self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
-        return self.run.cancel_requested
 
     def _park(self) -> bool:
         """Release the run while it waits for reviewers; False if a decision raced in."""
@@ -937,6 +941,16 @@ class StepsExecution:
 
 class _DecisionRaced(Exception):
     pass
+
+
+def _destructive_keys(run_id: int) -> dict[str, int]:
+    """Keys of the run's destructive calls, each with the step (pk) that first took it."""
+    taken = Step.objects.filter(plan__run_id=run_id, destructive=True).exclude(idempotency_key="")
+    keys = dict(taken.order_by("-pk").values_list("idempotency_key", "pk"))
+    # Calls made before steps kept their keys: the first step to call wins.
+    made = ToolCall.objects.filter(run_id=run_id, step__destructive=True).order_by("-pk")
+    keys.update(made.values_list("idempotency_key", "step_id"))
+    return keys
 
 
 def _outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:

@@ -208,6 +208,11 @@ class Step(models.Model):
 
     status = models.CharField(max_length=20, choices=Status, default=Status.PENDING)
     resolved_args = models.JSONField(null=True, blank=True)
+    idempotency_key = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="A destructive step's key, kept before its first call so retries reuse it.",
+    )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -344,3 +344,27 @@ def test_a_reason_that_cannot_be_stored_is_refused_and_nothing_is_decided(author
 
     approval.refresh_from_db()
     assert approval.decision == Approval.Decision.PENDING
+
+
+def test_identical_destructive_steps_keep_their_own_keys_when_a_crash_reorders_them(
+    author, reviewer
+):
+    email = {"to": "a@example.com", "subject": "Twice", "body": "Sent on purpose twice."}
+    steps = [{"id": n, "tool": "send_email", "args": email, "depends_on": []} for n in (1, 2)]
+    run = run_create(author=author, goal_text="email twice", plan_data={"steps": steps})
+    advance_run(run.pk)
+    first, second = Approval.objects.filter(run=run).order_by("step__step_id")
+    approval_decide(approval=second, reviewer=reviewer, approve=True)  # step 2 goes first
+    approval_decide(approval=first, reviewer=reviewer, approve=True)
+    keys = dict(ToolCall.objects.filter(run=run).values_list("step__step_id", "idempotency_key"))
+    assert len(set(keys.values())) == 2 and len(mail.outbox) == 2
+
+    # As if the worker died with both calls in flight: nothing but the attempts was recorded.
+    ToolCall.objects.filter(run=run).delete()
+    Step.objects.filter(plan__run=run).update(status="running", result=None, finished_at=None)
+    Run.objects.filter(pk=run.pk).update(status="running", finished_at=None, answer="")
+    advance_run(run.pk)  # the recovering worker launches step 1 first
+
+    again = dict(ToolCall.objects.filter(run=run).values_list("step__step_id", "idempotency_key"))
+    assert again == keys
+    assert len(mail.outbox) == 2  # each key's email went out once

@@ -167,3 +167,38 @@ def test_the_command_names_a_user_that_does_not_exist(author):
 
     with pytest.raises(CommandError, match="There is no user 'nobody'"):
         call_command("cancel_run", str(run.pk), "--by", "nobody")
+
+
+def test_a_cancel_while_the_last_step_runs_ends_the_run_cancelled_without_an_answer(author):
+    run = create(author, [{"id": 1, "tool": "hold", "args": {"label": "last", "gate": "g"}}])
+    worker = advancing(run)
+    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+
+    run_cancel(run=run, user=author)
+    gate_open("g")
+    worker.join(timeout=30)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert steps_of(run)[1].status == Step.Status.SUCCEEDED
+    assert run.model_call_count == 0 and run.answer == ""
+
+
+def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    settings.AGENTSITE_TOOL_RETRY_BASE_S = settings.AGENTSITE_TOOL_RETRY_CAP_S = 2.0
+    flaky_args = {"label": f"retry-after-cancel-{author.pk}", "failures": 1}
+    run = create(author, [{"id": 1, "tool": "flaky", "args": flaky_args}])
+    worker = advancing(run)
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind="step_retrying").exists())
+
+    run_cancel(run=run, user=author)
+    worker.join(timeout=30)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    step = steps_of(run)[1]
+    assert step.status == Step.Status.FAILED and step.attempts == 1
+    assert "cancelled before the retry" in step.error
+    cancel = RunEvent.objects.get(run=run, kind="cancel_requested")
+    assert not RunEvent.objects.filter(run=run, kind="step_started", seq__gt=cancel.seq).exists()
