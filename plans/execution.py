@@ -243,10 +243,15 @@ class RunAdvancer:
         """Wait, holding nothing, for a reviewer's decision on the plan; False if it came."""
         if self.run.status != Run.Status.AWAITING_PLAN_APPROVAL:
             self.recorder.event("plan_approval_requested", version=plan_row.version)
+
+        def raced(cancel_requested: bool) -> bool:
+            if cancel_requested:
+                self.run.cancel_requested = True  # end the run instead of parking it
+                return True
+            return PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists()
+
         return self.park(
-            Run.Status.AWAITING_PLAN_APPROVAL,
-            awaiting=f"plan v{plan_row.version}",
-            raced=lambda _: PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists(),
+            Run.Status.AWAITING_PLAN_APPROVAL, awaiting=f"plan v{plan_row.version}", raced=raced
         )
 
     def park(self, status: str, *, awaiting: Any, raced: Callable[[bool], bool]) -> bool:

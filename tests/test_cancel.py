@@ -6,7 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from plans.execution import advance_run
+from plans.execution import RunAdvancer, advance_run
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_cancel, run_create
@@ -121,6 +121,24 @@ def test_a_run_waiting_for_its_plan_to_be_approved_can_be_cancelled(author, sett
     assert run.status == Run.Status.CANCELLED
     assert steps_of(run)[1].status == Step.Status.SKIPPED
     assert not ToolCall.objects.exists()
+
+
+def test_a_cancel_that_comes_as_the_run_parks_for_plan_approval_ends_it_instead(
+    author, settings, monkeypatch
+):
+    settings.AGENTSITE_REQUIRE_PLAN_APPROVAL = True
+    run = create(author, [{"id": 1, "tool": "echo", "args": {"text": "never"}}])
+    park = RunAdvancer._park_for_plan_approval
+
+    def cancelled_just_before_parking(advancer, plan_row):
+        # Committed after the run was loaded, so only the parking transaction can see it.
+        Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+        return park(advancer, plan_row)
+
+    monkeypatch.setattr(RunAdvancer, "_park_for_plan_approval", cancelled_just_before_parking)
+
+    assert advance_run(run.pk) == Run.Status.CANCELLED
+    assert steps_of(run)[1].status == Step.Status.SKIPPED
 
 
 def test_the_command_cancels_a_run_and_says_so(author):
