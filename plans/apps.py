@@ -6,7 +6,10 @@ class PlansConfig(AppConfig):
     verbose_name = "Plans and runs"
 
     def ready(self) -> None:
+        from django.conf import settings
         from django.contrib.auth.signals import user_logged_out
+        from django.db import transaction
+        from django.db.models.signals import post_save
 
         from plans import checks  # noqa: F401  (registers the system checks)
         from plans.events import group_send, user_group
@@ -15,4 +18,19 @@ class PlansConfig(AppConfig):
             if user is not None:
                 group_send(user_group(user.pk), {"type": "session.ended"})
 
+        def recheck_sockets_on_user_save(sender, instance, created, update_fields, **kwargs):
+            # A new password (changed in another session) or a deactivation ends sessions without
+            # a logout: the user's sockets re-verify theirs now, not at their next periodic check.
+            if created or (
+                update_fields is not None and not {"password", "is_active"} & update_fields
+            ):
+                return
+            message = {"type": "session.changed"}
+            transaction.on_commit(lambda: group_send(user_group(instance.pk), message))
+
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")
+        post_save.connect(
+            recheck_sockets_on_user_save,
+            sender=settings.AUTH_USER_MODEL,
+            dispatch_uid="plans.user_saved_sockets",
+        )

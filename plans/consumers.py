@@ -8,30 +8,47 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
 from django.template.loader import render_to_string
+from django.utils.crypto import constant_time_compare
 
 from plans.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.models import Run, RunEvent
 from plans.roles import may_see_run
 from plans.views.approvals import pending_approvals_count
 from plans.views.goals import answer_delta_fragment, live_fragment
+from plans.views.params import MAX_ID, whole_number
 
 # Close codes the htmx ws extension does not retry (it reconnects only on 1006/1011-1013).
 NOT_SIGNED_IN = 4401
 FORBIDDEN = 4403
+# How long a socket trusts its session before a send re-reads it (an expiry or a deleted
+# session announces nothing): a bound on the lag, without a read per push.
+SESSION_RECHECK_S = 5.0
 
 
 class SessionBound(AsyncWebsocketConsumer):
-    """A socket that closes when its user logs out (the logout is sent to the user's group)."""
+    """A socket that lives only as long as its session signs its user in.
+
+    A logout is announced to the user's group and closes it at once, and a saved user (a new
+    password, a deactivation) makes it re-read its session; anything else that ends the session
+    (expiry, deletion) is found by re-reading it before sending, at most every few seconds.
+    """
 
     user_group = ""
+    session_checked_at = 0.0
+    signed_out = False
 
     async def follow_session(self, user: Any) -> None:
+        self.session_checked_at = time.monotonic()  # the handshake has just verified it
         self.user_group = user_group(user.pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
 
@@ -41,6 +58,32 @@ class SessionBound(AsyncWebsocketConsumer):
 
     async def session_ended(self, message: dict[str, Any]) -> None:
         """type "session.ended": the user logged out, so this socket may not stay open."""
+        await self.sign_out()
+
+    async def session_changed(self, message: dict[str, Any]) -> None:
+        """type "session.changed": the user was saved (a new password?), so check at once."""
+        if not self.signed_out:
+            await self.verify_session()
+
+    async def still_signed_in(self) -> bool:
+        """Whether the socket may send: its session, read at most every few seconds, still holds."""
+        if self.signed_out:
+            return False
+        if time.monotonic() - self.session_checked_at < SESSION_RECHECK_S:
+            return True
+        return await self.verify_session()
+
+    async def verify_session(self) -> bool:
+        """Read the session again; close the socket, as a logout does, if it no longer holds."""
+        session_key = self.scope["session"].session_key
+        if not await database_sync_to_async(session_signs_in)(session_key, self.scope["user"]):
+            await self.sign_out()
+            return False
+        self.session_checked_at = time.monotonic()
+        return True
+
+    async def sign_out(self) -> None:
+        self.signed_out = True
         await self.close(code=NOT_SIGNED_IN)
 
 
@@ -86,8 +129,9 @@ class RunConsumer(SessionBound):
             message = json.loads(text_data or "")
         except ValueError:
             return
-        if isinstance(message, dict) and isinstance(message.get("resume_after"), int):
-            await self.replay(after=max(0, message["resume_after"]))
+        resume_after = message.get("resume_after") if isinstance(message, dict) else None
+        if type(resume_after) is int and 0 <= resume_after <= MAX_ID:
+            await self.replay(after=resume_after)
 
     async def run_events(self, message: dict[str, Any]) -> None:
         """type "run.events": a committed batch, in seq order."""
@@ -102,7 +146,7 @@ class RunConsumer(SessionBound):
 
     async def run_transient(self, message: dict[str, Any]) -> None:
         """type "run.transient": answer tokens as they stream (the stored answer follows)."""
-        if message.get("kind") == "answer_delta":
+        if message.get("kind") == "answer_delta" and await self.still_signed_in():
             await self.send(text_data=answer_delta_fragment(message["payload"].get("text", "")))
 
     async def replay(self, *, after: int) -> None:
@@ -113,7 +157,9 @@ class RunConsumer(SessionBound):
             self.last_sent = max(self.last_sent, after)
 
     async def _send_events(self, events: list[dict[str, Any]]) -> None:
-        html = await database_sync_to_async(live_fragment)(self.run_id, events)
+        if not await self.still_signed_in():
+            return
+        html = await database_sync_to_async(live_fragment)(self.run_id, events, self.scope["user"])
         self.last_sent = max(self.last_sent, events[-1]["seq"])
         await self.send(text_data=html)
 
@@ -145,12 +191,41 @@ class PendingApprovalsConsumer(SessionBound):
 
     async def inbox_changed(self, message: dict[str, Any]) -> None:
         """type "inbox.changed": an approval was requested or decided somewhere."""
+        if not await self.still_signed_in():
+            return
         count = await database_sync_to_async(pending_approvals_count)(self.scope["user"])
         await self.send(
             text_data=render_to_string(
                 "base.html#pending_badge", {"pending_approvals": count, "oob": True}
             )
         )
+
+
+def session_signs_in(session_key: str | None, user: Any) -> bool:
+    """Whether the stored session still signs this user in: the check auth.get_user makes.
+
+    Read-only, unlike get_user (it may flush the session or cycle its key): a socket cannot give
+    the browser the new session cookie either would need.
+    """
+    if not session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    backend_path = session.get(BACKEND_SESSION_KEY)
+    if session.get(SESSION_KEY) != user._meta.pk.value_to_string(user) or (
+        backend_path not in settings.AUTHENTICATION_BACKENDS
+    ):
+        return False
+    current = load_backend(backend_path).get_user(user.pk)  # None once deactivated
+    session_hash = session.get(HASH_SESSION_KEY)
+    if current is None or not session_hash:
+        return False
+    return any(
+        constant_time_compare(session_hash, valid_hash)
+        for valid_hash in [
+            current.get_session_auth_hash(),
+            *current.get_session_auth_fallback_hash(),
+        ]
+    )
 
 
 def _may_see_run(user: Any, run_id: int) -> bool:
@@ -164,7 +239,4 @@ def _events_after(run_id: int, after: int) -> list[dict[str, Any]]:
 
 def _after_from(scope: dict[str, Any]) -> int:
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    try:
-        return max(0, int(query.get("after", ["0"])[0]))
-    except ValueError:
-        return 0
+    return whole_number(query.get("after", ["0"])[0]) or 0

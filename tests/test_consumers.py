@@ -329,3 +329,22 @@ async def test_logging_out_closes_the_users_open_sockets(finished_run, client, a
 
     closed = await socket.receive_output(timeout=3)
     assert closed == {"type": "websocket.close", "code": 4401}
+
+
+async def test_seqs_out_of_range_are_ignored_and_the_socket_carries_on(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    huge = "9" * 30
+    socket = await open_socket(f"/ws/runs/{finished_run.pk}/?after={huge}", session)
+    whole_log = await socket.receive_from(RECEIVE_S)  # read as no seq given: from the start
+
+    last = finished_run.last_seq
+    for nonsense in (int(huge), -5, True):
+        await socket.send_json_to({"resume_after": nonsense})
+    await socket.send_json_to({"resume_after": last - 1})
+    message = await socket.receive_from(RECEIVE_S)
+
+    assert sorted(timeline_seqs(whole_log)) == list(range(1, last + 1))
+    assert timeline_seqs(message) == [last]
+    await socket.disconnect()

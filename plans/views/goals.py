@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.context_processors import PermWrapper
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,6 +24,7 @@ from plans.roles import may_see_run, may_submit_goals
 from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
+from plans.views.params import whole_number
 
 RECENT_RUNS = 10
 NOT_AN_AUTHOR = (
@@ -31,6 +33,7 @@ NOT_AN_AUTHOR = (
 )
 # Events after which the whole plan section (graph, steps, problems) is re-rendered.
 PLAN_KINDS = frozenset({"plan_created", "plan_invalid"})
+LIVE_EVENTS = "plans/run_detail.html#live_events"
 
 
 @require_http_methods(["GET", "POST"])
@@ -132,14 +135,14 @@ def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     """The updates for every event after ?after=N, as the websocket would push them."""
     run = _visible_run(request, run_id)
-    try:
-        after = max(0, int(request.GET.get("after", "0")))
-    except ValueError:
+    after = whole_number(request.GET.get("after", "0"))
+    if after is None:
         return HttpResponse("after must be a whole number", status=400)
     events = [event_message(e) for e in RunEvent.objects.filter(run=run, seq__gt=after)]
     if not events:
         return HttpResponse(status=204)
-    return HttpResponse(live_fragment(run.pk, events))
+    # With the request: the header's plan decision is for those who may decide.
+    return render(request, LIVE_EVENTS, live_events_context(run.pk, events))
 
 
 # --- shared with the websocket consumer -----------------------------------------------------
@@ -173,7 +176,14 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
     }
 
 
-def live_fragment(run_id: int, events: list[dict[str, Any]]) -> str:
+def live_fragment(run_id: int, events: list[dict[str, Any]], viewer: Any) -> str:
+    """A socket's push for one viewer: the header it re-sends offers forms by permission."""
+    # No request over a socket, so no context processors: add what the auth one would.
+    context = {**live_events_context(run_id, events), "user": viewer, "perms": PermWrapper(viewer)}
+    return render_to_string(LIVE_EVENTS, context)
+
+
+def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, Any]:
     """Out-of-band swaps bringing a run page up to date with these events (seq ascending)."""
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     plan = plan_shown(run)
@@ -181,7 +191,7 @@ def live_fragment(run_id: int, events: list[dict[str, Any]]) -> str:
     kinds = {event["kind"] for event in events}
     plan_changed = bool(kinds & PLAN_KINDS)
     touched = {event["payload"].get("step") for event in events} - {None}
-    context = {
+    return {
         "oob": True,
         "run": run,
         "plan": plan,
@@ -196,7 +206,6 @@ def live_fragment(run_id: int, events: list[dict[str, Any]]) -> str:
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
-    return render_to_string("plans/run_detail.html#live_events", context)
 
 
 def answer_delta_fragment(text: str) -> str:
