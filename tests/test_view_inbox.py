@@ -5,6 +5,7 @@ import json
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils.html import escape
 
 from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL, TRIP_GOAL
@@ -207,8 +208,32 @@ def test_arguments_json_cannot_read_are_refused_without_javascript_too(client, a
     response = client.post(reverse("plans:decide"), data, follow=True)
 
     approval.refresh_from_db()
-    assert response.status_code == 200
-    assert "are nested too deeply to read" in response.content.decode()
+    html = response.content.decode()
+    assert response.status_code == 422  # the inbox again, at once: no redirect to lose the draft
+    assert "are nested too deeply to read" in html
+    assert "[" * 1000 in html  # what the reviewer typed is still in the edit box
+    assert approval.decision == Approval.Decision.PENDING
+
+
+def test_a_draft_with_a_typo_is_kept_without_javascript(client, author, reviewer):
+    run = parked_run(author, REFUND_GOAL)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    draft = '{"order_id": "A-1001", "amount_inr": 2000, "reason": "damaged item",}'
+    data = {
+        "group": f"{approval.run_id}-{approval.step.round}",
+        "approval": [approval.pk],
+        "decision": "approve",
+        f"args-{approval.pk}": draft,
+    }
+
+    response = client.post(reverse("plans:decide"), data)
+
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert "is not valid JSON" in html or "are not valid JSON" in html
+    assert escape(draft) in html
+    approval.refresh_from_db()
     assert approval.decision == Approval.Decision.PENDING
 
 

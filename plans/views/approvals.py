@@ -70,13 +70,28 @@ def pending_approvals_count(user) -> int:
 def inbox(request: HttpRequest) -> HttpResponse:
     """Every destructive step waiting for a decision, grouped by run and round."""
     groups = decision_groups(list(approvals_waiting(request.user)))
-    context = {
-        "groups": groups,
+    template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
+    return render(request, template, _inbox_context(request, groups=groups))
+
+
+def _inbox_context(request: HttpRequest, **context: Any) -> dict[str, Any]:
+    return {
+        **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
         "four_eyes": settings.AGENTSITE_FOUR_EYES,
     }
-    template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
-    return render(request, template, context)
+
+
+def _inbox_with_drafts(
+    request: HttpRequest, group: tuple[int, int], drafts: dict[int, str], error: str, status: int
+) -> HttpResponse:
+    """The whole inbox, the refused group showing its error and the reviewer's drafts."""
+    groups = decision_groups(list(approvals_waiting(request.user)), drafts)
+    for shown in groups:
+        if (shown.run.pk, shown.round) == group:
+            shown.error = error
+    context = _inbox_context(request, groups=groups)
+    return render(request, "plans/inbox.html", context, status=status)
 
 
 @require_POST
@@ -117,7 +132,10 @@ def decide(request: HttpRequest) -> HttpResponse:
             error, status = str(refused), _refusal_status(request, approve, reason)
 
     if not request.htmx:
-        # Without JavaScript: post, then redirect back to the inbox with the outcome.
+        # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
+        # edit shows the inbox again at once instead, so what the reviewer typed is kept.
+        if error and drafts:
+            return _inbox_with_drafts(request, (run_id, round_no), drafts, error, status)
         if error:
             messages.error(request, error)
         else:
@@ -128,16 +146,8 @@ def decide(request: HttpRequest) -> HttpResponse:
     if group is None:
         return render(request, "plans/inbox.html#refusal", {"error": error}, status=status)
     group.error = error
-    return render(
-        request,
-        "plans/inbox.html#decision_group",
-        {
-            "group": group,
-            "may_decide": request.user.has_perm("plans.decide_approval"),
-            "four_eyes": settings.AGENTSITE_FOUR_EYES,
-        },
-        status=status,
-    )
+    context = _inbox_context(request, group=group)
+    return render(request, "plans/inbox.html#decision_group", context, status=status)
 
 
 @require_GET
