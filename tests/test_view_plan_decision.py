@@ -56,7 +56,7 @@ def test_rejecting_without_a_reason_is_refused_in_place(client, held_run, review
         f"/runs/{held_run.pk}/plan/decide/", {"decision": "reject"}, HTTP_HX_REQUEST="true"
     )
 
-    assert response.status_code == 409
+    assert response.status_code == 422
     assert "reason is required" in response.content.decode()
     assert Run.objects.get(pk=held_run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
 
@@ -71,4 +71,14 @@ def test_the_author_may_not_approve_their_own_plan(client, held_run, author):
 
     assert response.status_code == 409
     assert "Four-eyes" in response.content.decode()
+    assert Run.objects.get(pk=held_run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
+
+
+def test_someone_who_may_not_decide_is_refused_as_forbidden(client, held_run, author):
+    client.force_login(author)  # sees the run (it is theirs) but has no decide permission
+
+    response = client.post(f"/runs/{held_run.pk}/plan/decide/", {"decision": "approve"})
+
+    assert response.status_code == 403
+    assert "permission" in response.content.decode()
     assert Run.objects.get(pk=held_run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL

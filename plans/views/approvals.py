@@ -129,7 +129,7 @@ def decide(request: HttpRequest) -> HttpResponse:
                 edited_args=edited or None,
             )
         except ApprovalRefused as refused:
-            error, status = str(refused), _refusal_status(request, approve, reason)
+            error, status = str(refused), refusal_status(request, approve, reason)
 
     if not request.htmx:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
@@ -212,7 +212,8 @@ def _parse_edits(
     return edited, ""
 
 
-def _refusal_status(request: HttpRequest, approve: bool, reason: str) -> int:
+def refusal_status(request: HttpRequest, approve: bool, reason: str) -> int:
+    """The HTTP status of a refused decision: who may not decide, what is missing, or too late."""
     if not request.user.has_perm("plans.decide_approval"):
         return 403
     if not approve and not reason.strip():

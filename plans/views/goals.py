@@ -24,6 +24,7 @@ from plans.roles import may_see_run, may_submit_goals
 from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
+from plans.views.approvals import refusal_status
 from plans.views.params import whole_number
 
 RECENT_RUNS = 10
@@ -112,15 +113,11 @@ def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
     if plan is None:
         raise Http404("This run has no plan to decide on.")
     status, error = 200, ""
+    approve, reason = request.POST.get("decision") == "approve", request.POST.get("reason", "")
     try:
-        plan_decide(
-            plan=plan,
-            reviewer=request.user,
-            approve=request.POST.get("decision") == "approve",
-            reason=request.POST.get("reason", ""),
-        )
+        plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
     except ApprovalRefused as refused:
-        status, error = 409, str(refused)
+        status, error = refusal_status(request, approve, reason), str(refused)
     run.refresh_from_db()
     if request.htmx:
         context = {"run": run, "plan_error": error}
