@@ -88,10 +88,15 @@
     });
   }
 
+  // 4401: the session no longer signs the user in (a logout, a password changed elsewhere); the
+  // socket will not reconnect, and only a reload (and a new sign-in) brings the page back.
+  var NOT_SIGNED_IN = 4401;
   document.addEventListener("htmx:wsClose", function (event) {
     if (event.target && event.target.id === "run-live") {
       liveSocket = null;
-      event.target.setAttribute("data-state", "offline");
+      var closing = event.detail && event.detail.event;
+      var signedOut = closing && closing.code === NOT_SIGNED_IN;
+      event.target.setAttribute("data-state", signedOut ? "signed-out" : "offline");
     }
   });
 

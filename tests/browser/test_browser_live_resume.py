@@ -75,3 +75,19 @@ def test_a_reconnect_and_lost_pushes_leave_no_gap_and_no_duplicate(sign_in):
     expect(author.locator("#timeline")).to_contain_text("Run finished")
     assert_timeline_is_the_whole_log(author)
     assert author.evaluate("window.__marker") == 1
+
+
+def test_a_page_whose_session_ends_in_another_tab_says_it_is_signed_out(sign_in):
+    author = sign_in("author")
+    author.get_by_label("Goal").fill(REFUND_GOAL)
+    author.get_by_role("button", name="Plan", exact=True).click()
+    expect(author.locator("#step-row-2")).to_contain_text("awaiting approval")
+    live = author.locator("#run-live")
+    expect(live).to_have_attribute("data-state", "live")
+
+    other_tab = author.context.new_page()
+    other_tab.goto(author.url)
+    other_tab.get_by_role("button", name="Log out").click()
+
+    expect(live).to_have_attribute("data-state", "signed-out")
+    expect(live).to_contain_text("Signed out: reload to sign in")
