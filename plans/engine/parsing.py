@@ -128,6 +128,10 @@ def _decode_whole(text: str, start: int, end: int) -> Any:
 
 def _single_embedded_object(text: str, start: int, end: int) -> dict[str, Any]:
     objects: list[dict[str, Any]] = []
+    # Objects inside a broken one: a step of a plan cut short, or the plan itself in a broken
+    # wrapper or after a stray '{"' in the prose. Only one with steps is taken from these.
+    inside_broken: list[dict[str, Any]] = []
+    broken_until = start
     errors: list[JSONUnreadable] = []
     candidate = _OBJECT_START.search(text, start, end)
     # Each failed decode costs O(len(text)) to locate its error, so only so many are tried.
@@ -135,18 +139,17 @@ def _single_embedded_object(text: str, start: int, end: int) -> dict[str, Any]:
         decoded = _decode_at(text, candidate.start())
         if isinstance(decoded, JSONUnreadable):
             errors.append(decoded)
-            # Objects inside a broken one (its steps, say) are not separate candidates either:
-            # the search resumes after the bracket that closes it, if any does.
-            after = _bracket_end(text, candidate.start(), end)
-            if after is None:
-                break
-            candidate = _OBJECT_START.search(text, after, end)
+            closed_at = _bracket_end(text, candidate.start(), end)
+            broken_until = max(broken_until, end if closed_at is None else closed_at)
+            candidate = _OBJECT_START.search(text, candidate.start() + 1, end)
             continue
         value, after = decoded
         if after <= end:
-            objects.append(value)
+            (inside_broken if candidate.start() < broken_until else objects).append(value)
         # Objects nested inside this one are not separate candidates.
         candidate = _OBJECT_START.search(text, after, end)
+    if not objects:
+        objects = [value for value in inside_broken if "steps" in value]
     if len(objects) == 1:
         return objects[0]
     if objects:

@@ -161,9 +161,18 @@ def test_a_broken_object_is_reported_as_invalid_json_and_not_by_the_steps_inside
     assert message.endswith(error)
 
 
-def test_a_broken_object_in_prose_does_not_hide_a_whole_one_after_it():
-    text = f'The shape is {{"steps": [...]}}; here it is: {{"steps": [{STEP_1}]}}'
-
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'The shape is {{"steps": [...]}}; here it is: {{"steps": [{STEP_1}]}}',
+        # A stray '{"' in the prose, or an example cut short, that never closes.
+        f'I first tried {{"steps": [ but then: {{"steps": [{STEP_1}]}}',
+        f'Format: {{"steps": [{{"id": ... \nPlan: {{"steps": [{STEP_1}]}}',
+        # A wrapper the model broke, around a whole plan.
+        f'{{"note": \'x\', "plan": {{"steps": [{STEP_1}]}}}}',
+    ],
+)
+def test_a_broken_object_does_not_hide_a_whole_plan_after_or_inside_it(text):
     assert parse_planner_output(text) == {"steps": [json.loads(STEP_1)]}
 
 
