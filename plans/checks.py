@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
 from plans.llm import model_for
@@ -33,3 +34,18 @@ def check_models_are_priced(app_configs: Any = None, **kwargs: Any) -> list[chec
                 )
             )
     return errors
+
+
+@checks.register()
+def check_parallel_steps(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A run allowed no steps at a time would never start one."""
+    steps = settings.AGENTSITE_MAX_PARALLEL_STEPS
+    if steps >= 1:
+        return []
+    return [
+        checks.Error(
+            f"AGENTSITE_MAX_PARALLEL_STEPS is {steps}; a run needs at least 1 step at a time",
+            hint="Set it to 1 or more (the default is 16).",
+            id="plans.E002",
+        )
+    ]

@@ -551,7 +551,7 @@ class StepsExecution:
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
             if not self.inflight and not self.retries:
-                if self.scheduler.has_ready and not cancelled:
+                if self.scheduler.has_ready and not cancelled and self.run.max_parallel_steps > 0:
                     continue  # steps that ended at launch (reused, blocked) freed dependants
                 if self.awaiting and not cancelled:
                     if self._apply_decisions(pool):

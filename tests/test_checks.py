@@ -2,7 +2,7 @@
 
 from django.core import checks
 
-from plans.checks import check_models_are_priced
+from plans.checks import check_models_are_priced, check_parallel_steps
 
 
 def test_the_check_runs_at_start_up_and_passes_the_default_settings():
@@ -19,3 +19,12 @@ def test_a_planner_model_without_prices_is_reported_at_start_up(settings):
     assert error.id == "plans.E001"
     assert "no prices configured for model 'claude-sonet-typo'" in error.msg
     assert "AGENTSITE_PLANNER_MODEL" in error.hint
+
+
+def test_a_run_allowed_no_steps_at_a_time_is_reported_at_start_up(settings):
+    settings.AGENTSITE_MAX_PARALLEL_STEPS = 0
+
+    [error] = check_parallel_steps()
+
+    assert error.id == "plans.E002"
+    assert "AGENTSITE_MAX_PARALLEL_STEPS is 0" in error.msg

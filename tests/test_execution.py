@@ -216,3 +216,15 @@ def test_a_step_that_ends_as_it_is_launched_still_lets_its_dependants_run(author
     assert steps[2].status == "failed"
     assert steps[3].status == "succeeded" and steps[3].result.startswith("after: arguments")
     assert run.status == "failed"
+
+
+@pytest.mark.parametrize("parallel", [0, -1])
+def test_a_run_must_be_allowed_at_least_one_step_at_a_time(author, parallel):
+    steps = [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]
+
+    with pytest.raises(ValueError, match=f"at least 1 step at a time, got {parallel}"):
+        run_create(
+            author=author, goal_text="x", plan_data={"steps": steps}, max_parallel_steps=parallel
+        )
+
+    assert not Run.objects.exists()

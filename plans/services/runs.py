@@ -65,7 +65,7 @@ def run_create(
             budget_tokens=(
                 budget_tokens if budget_tokens is not None else settings.AGENTSITE_RUN_BUDGET_TOKENS
             ),
-            max_parallel_steps=max_parallel_steps or settings.AGENTSITE_MAX_PARALLEL_STEPS,
+            max_parallel_steps=_parallel_steps(max_parallel_steps),
         )
         append_events(run.pk, [("run_created", {"goal": text, "author": author.get_username()})])
         if plan_data is not None:
@@ -86,6 +86,13 @@ def run_start(run: Run) -> None:
     from plans.tasks import run_enqueue
 
     run_enqueue(run.pk)
+
+
+def _parallel_steps(requested: int | None) -> int:
+    steps = settings.AGENTSITE_MAX_PARALLEL_STEPS if requested is None else requested
+    if steps < 1:
+        raise ValueError(f"a run must be allowed at least 1 step at a time, got {steps}")
+    return steps
 
 
 def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
