@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import smtplib
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ INR_PER_UNIT: dict[str, Decimal] = {
 
 # Results are floats, exact to the cent only below about 9e13, and the steepest rate is 117:1.
 MAX_CONVERTIBLE_AMOUNT = 10**11
+# How long a call waits for an earlier one with its key to finish delivering, checking every
+# CLAIM_POLL_S: less than send_email's time limit, so the waiting call can still answer.
+CLAIM_WAIT_S = 20.0
+CLAIM_POLL_S = 0.1
 MAX_NIGHTS = 30
 MAX_SEARCH_HITS = 10
 # In the schemas too, so a plan asking for a value outside them is invalid before it runs.
@@ -407,7 +412,7 @@ def _once(
     """Record ``result`` and do the effect unless the key is known; else return its result.
 
     The entry's details are the arguments (what the admin and the reports show) plus "result",
-    added only once the effect is done: an entry without it is a delivery that never finished.
+    added only once the effect is done: an entry without it is a delivery not finished (yet).
     """
     # check (a database effect) commits with the entry: if it raises, nothing is recorded.
     # get_or_create handles a concurrent insert: the loser finds the winner's entry.
@@ -420,17 +425,23 @@ def _once(
                 "reference": result["reference"],
             },
         )
-        if not created:
-            return _replay(entry, kind, args)
-        if check:
+        if created and check:
             check(entry)
+    if not created:
+        _require_same_call(entry, kind, args)
+        finished = _finished(entry)
+        if finished is None:  # that delivery failed and let the key go: this call makes it
+            return _once(kind, idempotency_key, args, result, check=check, deliver=deliver)
+        return finished.details["result"]
     if deliver:
         # Outside any transaction: a hung mail server must not hold the database's write lock,
         # and the claim committed above keeps a repeat call from delivering a second time.
         try:
             deliver()
         except Exception:
-            # Nothing went out, so a retry with the same key may deliver.
+            # Most likely nothing went out, so a retry with the same key may deliver. (A mail
+            # server failing after it accepted the message would mean a second copy; nothing
+            # here can tell.)
             entry.delete()
             raise
         try:
@@ -442,7 +453,7 @@ def _once(
     return result
 
 
-def _replay(entry: LedgerEntry, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+def _require_same_call(entry: LedgerEntry, kind: str, args: dict[str, Any]) -> None:
     if entry.kind != kind:
         raise ToolError(
             f"this idempotency key already belongs to {entry.kind} {entry.reference}, not to "
@@ -454,12 +465,26 @@ def _replay(entry: LedgerEntry, kind: str, args: dict[str, Any]) -> dict[str, An
             f"this idempotency key was already used for a different {kind} ({entry.reference}); "
             "a new action needs a new key"
         )
-    if "result" not in entry.details:
-        raise ToolError(
-            f"an earlier call with this key ({kind} {entry.reference}) started but did not "
-            "finish, so it may have gone out; not repeating it (a new key does it anyway)"
-        )
-    return entry.details["result"]
+
+
+def _finished(entry: LedgerEntry) -> LedgerEntry | None:
+    """The entry once its delivery is done, or None if it failed and let its key go.
+
+    The executor asks again with the same key after a call timed out: the answer is what that
+    delivery did, so it is waited for (a while) rather than refused or repeated.
+    """
+    deadline = time.monotonic() + CLAIM_WAIT_S
+    while "result" not in entry.details:
+        if time.monotonic() >= deadline:
+            raise ToolError(
+                f"an earlier call with this key ({entry.kind} {entry.reference}) has not "
+                f"finished after {CLAIM_WAIT_S:g} s more; it may yet go out, so it is not repeated"
+            )
+        time.sleep(CLAIM_POLL_S)
+        entry = LedgerEntry.objects.filter(pk=entry.pk).first()
+        if entry is None:
+            return None
+    return entry
 
 
 @tool(destructive=True, timeout_s=30, retryable=_EMAIL_RETRYABLE)

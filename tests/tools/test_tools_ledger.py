@@ -1,6 +1,8 @@
 """Destructive demo tools: validated, recorded in the ledger, done once per idempotency key."""
 
+import smtplib
 import threading
+import time
 
 import pytest
 from django.core import mail
@@ -269,26 +271,79 @@ def test_no_transaction_is_open_while_an_email_is_delivered(monkeypatch):
     }
 
 
-def test_a_repeat_while_the_first_email_is_being_delivered_is_refused(monkeypatch):
-    sent, refusals = [], []
+def a_repeat_on_another_thread():
+    """A thread that calls email() again once started, and the list its outcome goes into."""
+    outcomes = []
 
-    def deliver_while_repeated(*args, **kwargs):
+    def repeat():
+        try:
+            outcomes.append(email())
+        except Exception as error:
+            outcomes.append(error)
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=repeat), outcomes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_repeat_while_the_first_email_is_being_delivered_waits_for_its_outcome(monkeypatch):
+    # As the executor re-asks after a time-out: the answer is what the first delivery did.
+    repeat, outcomes = a_repeat_on_another_thread()
+    sent = []
+
+    def deliver_slowly(*args, **kwargs):
         sent.append(args)
+        repeat.start()
+        time.sleep(3 * builtin_tools.CLAIM_POLL_S)  # the repeat finds the claim unfinished
+
+    monkeypatch.setattr(builtin_tools, "django_send_mail", deliver_slowly)
+    first = email()
+    repeat.join(timeout=10)
+
+    assert outcomes == [first]
+    assert len(sent) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_repeat_delivers_when_the_first_delivery_it_waited_for_failed(monkeypatch):
+    repeat, outcomes = a_repeat_on_another_thread()
+    sent = []
+
+    def fail_slowly(*args, **kwargs):
+        monkeypatch.setattr(builtin_tools, "django_send_mail", lambda *a, **k: sent.append(a))
+        repeat.start()
+        time.sleep(3 * builtin_tools.CLAIM_POLL_S)
+        raise smtplib.SMTPServerDisconnected("connection dropped")
+
+    monkeypatch.setattr(builtin_tools, "django_send_mail", fail_slowly)
+    with pytest.raises(smtplib.SMTPServerDisconnected):
+        email()
+    repeat.join(timeout=10)
+
+    [outcome] = outcomes
+    assert outcome["status"] == "sent" and len(sent) == 1
+    assert LedgerEntry.objects.get(idempotency_key="key-email-1").details["result"] == outcome
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_repeat_gives_up_waiting_for_a_delivery_that_never_ends(monkeypatch):
+    monkeypatch.setattr(builtin_tools, "CLAIM_WAIT_S", 0.3)
+    refusals = []
+
+    def hang_while_repeated(*args, **kwargs):
         try:
             email()
         except ToolError as error:
             refusals.append(str(error))
 
-    monkeypatch.setattr(builtin_tools, "django_send_mail", deliver_while_repeated)
+    monkeypatch.setattr(builtin_tools, "django_send_mail", hang_while_repeated)
     first = email()
 
-    assert len(sent) == 1
     assert refusals == [
-        f"an earlier call with this key (email {first['reference']}) started but did not "
-        "finish, so it may have gone out; not repeating it (a new key does it anyway)"
+        f"an earlier call with this key (email {first['reference']}) has not finished after "
+        "0.3 s more; it may yet go out, so it is not repeated"
     ]
-    assert email() == first  # finished now: a repeat returns the recorded result
-    assert len(sent) == 1
 
 
 def test_an_email_sent_but_not_marked_done_is_reported_sent_and_never_repeated(monkeypatch, caplog):
@@ -301,6 +356,7 @@ def test_an_email_sent_but_not_marked_done_is_reported_sent_and_never_repeated(m
 
     assert first["status"] == "sent"
     assert f"email {first['reference']} was delivered but not marked done" in caplog.text
-    with pytest.raises(ToolError, match="started but did not finish"):
+    monkeypatch.setattr(builtin_tools, "CLAIM_WAIT_S", 0.2)
+    with pytest.raises(ToolError, match=r"has not finished after 0\.2 s more"):
         email()
     assert len(mail.outbox) == 1
