@@ -137,7 +137,7 @@ def invoke_tool(
 
 
 def _error_text(exc: BaseException) -> str:
-    """What a tool's exception says, storable and at most TOOL_ERROR_MAX_CHARS long."""
+    """What an exception (a tool's, a model backend's) says, storable and kept short."""
     try:
         message = str(exc)
     except Exception:
@@ -204,7 +204,7 @@ class RunAdvancer:
         if run.status != Run.Status.RUNNING:
             self._set_status(Run.Status.RUNNING)
         while True:
-            cancelled = self.recorder.cancel_requested or run.cancel_requested
+            cancelled = self.cancel_known
             # A cancelled run skips its steps below rather than waiting for its plan's approval.
             if not cancelled and self._needs_plan_approval(plan_row):
                 if plan_row.decision == "rejected":
@@ -221,7 +221,7 @@ class RunAdvancer:
             parked = StepsExecution(self, plan_row, steps).execute()
             if parked:
                 return Run.Status.AWAITING_APPROVAL
-            if self.recorder.cancel_requested or self.cancel_recorded():
+            if self.cancel_recorded():
                 return self._finish(Run.Status.CANCELLED)  # no replan, no answer
             if not self._may_replan(steps):
                 break
@@ -350,11 +350,16 @@ class RunAdvancer:
         self.lease.released = True
         return status
 
+    @property
+    def cancel_known(self) -> bool:
+        """Whether the last commit or the last read saw a cancel (no query)."""
+        return self.recorder.cancel_requested or self.run.cancel_requested
+
     def cancel_recorded(self) -> bool:
         """Read now, not at the last commit: nothing new may start once a cancel is recorded."""
-        if not self.run.cancel_requested:
+        if not self.cancel_known:
             self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
-        return self.run.cancel_requested
+        return self.cancel_known
 
     def _set_status(self, status: str) -> None:
         self.run.status = status
@@ -399,7 +404,7 @@ class RunAdvancer:
             # A model backend's own bug ends the run here; left to escape, the run would be
             # taken up and crash again on every sweep.
             logger.exception("run %s: the %s model call raised", run.pk, request.purpose)
-            message = storable(f"{type(exc).__name__}: {exc}")
+            message = _error_text(exc)
         else:
             self._record_model_call(request, completion, prices, completion.latency_ms)
             return completion
@@ -534,7 +539,7 @@ class StepsExecution:
             if self.lease.lost.is_set():
                 # Its heartbeat found the lease expired or taken: stop starting anything now.
                 raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} was lost")
-            cancelled = self.recorder.cancel_requested or self.run.cancel_requested
+            cancelled = self.advancer.cancel_known
             if not cancelled:
                 retry_due = bool(self.retries) and self.retries[0][0] <= time.monotonic()
                 if retry_due and self.advancer.cancel_recorded():
@@ -570,7 +575,7 @@ class StepsExecution:
             if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
                 last_poll = time.monotonic()
                 self._apply_decisions(pool)
-        if self.recorder.cancel_requested or self.advancer.cancel_recorded():
+        if self.advancer.cancel_recorded():
             self._skip_unstarted("skipped: the run was cancelled")
         self.recorder.flush()
         return False

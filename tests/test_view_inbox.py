@@ -11,6 +11,7 @@ from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL, TRIP_GOAL
 from plans.models import Approval, Run, Step
 from plans.services.runs import run_create
+from plans.templatetags.agentsite import pretty_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -314,6 +315,50 @@ def test_without_javascript_a_decision_redirects_back_with_its_outcome(client, a
 
     assert response.redirect_chain[-1][0] == reverse("plans:inbox")
     assert "Approved 1 step." in response.content.decode()
+
+
+def test_without_javascript_a_refusal_with_nothing_typed_redirects_with_the_error(
+    client, author, reviewer
+):
+    run = parked_run(author, REFUND_GOAL)
+    client.force_login(reviewer)
+    approval = Approval.objects.get(run=run)
+    as_shown = pretty_json(approval.args).replace("\n", "\r\n")  # as a browser sends it
+
+    response = client.post(
+        reverse("plans:decide"),
+        {
+            "group": f"{run.pk}-2",
+            "approval": approval.pk,
+            "decision": "reject",
+            f"args-{approval.pk}": as_shown,
+        },
+        follow=True,
+    )
+
+    assert response.redirect_chain[-1][0] == reverse("plans:inbox")
+    assert "A reason is required to reject." in response.content.decode()
+
+
+def test_without_javascript_a_refusal_keeps_the_reason_typed(client, author, settings):
+    author.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    run = parked_run(author, REFUND_GOAL)
+    approval = Approval.objects.get(run=run)
+    client.force_login(author)  # a reviewer too, but this is their own goal: four-eyes refuses
+
+    response = client.post(
+        reverse("plans:decide"),
+        {
+            "group": f"{run.pk}-2",
+            "approval": approval.pk,
+            "decision": "reject",
+            "reason": "not this customer",
+        },
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "Four-eyes rule" in html and 'value="not this customer"' in html
 
 
 def test_authors_see_what_waits_on_their_own_runs_without_decide_buttons(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -60,6 +61,9 @@ class Between:
     high: int | float | None = None
 
     def __post_init__(self) -> None:
+        for end in (self.low, self.high):
+            if end is not None and (type(end) not in (int, float) or not math.isfinite(end)):
+                raise ValueError(f"Between bounds must be finite numbers, got {end!r}")
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"Between({self.low}, {self.high}): low is above high")
 

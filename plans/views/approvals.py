@@ -36,6 +36,7 @@ class DecisionGroup:
     round: int
     cards: list[ApprovalCard] = field(default_factory=list)
     error: str = ""
+    reason: str = ""  # what the reviewer typed, shown again with a refusal
 
     @property
     def key(self) -> str:
@@ -83,13 +84,23 @@ def _inbox_context(request: HttpRequest, **context: Any) -> dict[str, Any]:
 
 
 def _inbox_with_drafts(
-    request: HttpRequest, group: tuple[int, int], drafts: dict[int, str], error: str, status: int
-) -> HttpResponse:
-    """The whole inbox, the refused group showing its error and the reviewer's drafts."""
+    request: HttpRequest,
+    group: tuple[int, int],
+    drafts: dict[int, str],
+    error: str,
+    status: int,
+    *,
+    reason: str,
+) -> HttpResponse | None:
+    """The whole inbox, the refused group showing its error and what the reviewer typed.
+
+    None when the group no longer waits (decided meanwhile): nothing typed has a place then.
+    """
     groups = decision_groups(list(approvals_waiting(request.user)), drafts)
-    for shown in groups:
-        if (shown.run.pk, shown.round) == group:
-            shown.error = error
+    refused = [shown for shown in groups if (shown.run.pk, shown.round) == group]
+    if not refused:
+        return None
+    refused[0].error, refused[0].reason = error, reason
     context = _inbox_context(request, groups=groups)
     return render(request, "plans/inbox.html", context, status=status)
 
@@ -134,8 +145,12 @@ def decide(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
         # edit shows the inbox again at once instead, so what the reviewer typed is kept.
-        if error and drafts:
-            return _inbox_with_drafts(request, (run_id, round_no), drafts, error, status)
+        typed = _typed_drafts(chosen, drafts)
+        if error and (typed or reason.strip()):
+            group = (run_id, round_no)
+            shown = _inbox_with_drafts(request, group, typed, error, status, reason=reason)
+            if shown is not None:
+                return shown
         if error:
             messages.error(request, error)
         else:
@@ -187,6 +202,17 @@ def decision_groups(
     for group in groups.values():
         group.cards.sort(key=lambda card: card.approval.step.step_id)
     return list(groups.values())
+
+
+def _typed_drafts(chosen: list[Approval], drafts: dict[int, str]) -> dict[int, str]:
+    """The drafts the reviewer changed from the arguments the edit box was filled with."""
+    # A browser sends a textarea's line breaks as CRLF.
+    return {
+        approval.pk: drafts[approval.pk]
+        for approval in chosen
+        if approval.pk in drafts
+        and drafts[approval.pk].replace("\r\n", "\n") != pretty_json(approval.args)
+    }
 
 
 def _parse_edits(

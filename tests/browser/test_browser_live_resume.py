@@ -90,4 +90,4 @@ def test_a_page_whose_session_ends_in_another_tab_says_it_is_signed_out(sign_in)
     other_tab.get_by_role("button", name="Log out").click()
 
     expect(live).to_have_attribute("data-state", "signed-out")
-    expect(live).to_contain_text("Signed out: reload to sign in")
+    expect(live).to_contain_text("Session ended: reload the page")

@@ -69,3 +69,9 @@ def test_a_built_in_tool_asked_for_a_value_outside_its_range_makes_the_plan_inva
         "step 2: argument 'nights' must be <= 30",
         "step 3: argument 'amount_inr' must be >= 1",
     ]
+
+
+@pytest.mark.parametrize("end", ["1", float("nan"), float("inf"), True])
+def test_range_ends_must_be_finite_numbers(end):
+    with pytest.raises(ValueError, match="Between bounds must be finite numbers"):
+        Between(end, 10)
