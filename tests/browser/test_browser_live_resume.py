@@ -91,3 +91,10 @@ def test_a_page_whose_session_ends_in_another_tab_says_it_is_signed_out(sign_in)
 
     expect(live).to_have_attribute("data-state", "signed-out")
     expect(live).to_contain_text("Session ended: reload the page")
+
+    # Leave nothing waiting for the tests after this one: sign in again and cancel the run.
+    run_url = author.url
+    again = sign_in("author")
+    again.goto(run_url)
+    again.get_by_role("button", name="Cancel run").click()
+    expect(again.locator("#run-status")).to_have_text("cancelled")
