@@ -176,7 +176,7 @@ def test_a_tool_result_with_unstorable_characters_is_stored_with_them_escaped(au
 
     steps = {s.step_id: s for s in Step.objects.filter(plan__run=run)}
     assert steps[1].result == {"text": "ok\\udcff", "raw": "\\ud800\\u0000"}
-    assert steps[2].result == 'got {"text":"ok\\\\udcff","raw":"\\\\ud800\\\\u0000"}'
+    assert steps[2].result == 'got {"raw":"\\\\ud800\\\\u0000","text":"ok\\\\udcff"}'
     assert ToolCall.objects.get(step=steps[1]).result == steps[1].result
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from plans.engine.policies import canonical_json
 
 # ASCII only: without re.ASCII, \d matches any Unicode digit (an Arabic-Indic one, U+0661, would
 # name step 1) and \s any Unicode space, so text that only looks like a placeholder would resolve.
@@ -78,4 +79,7 @@ def _result(step_id: int, results: Mapping[int, Any]) -> Any:
 def _as_text(result: Any) -> str:
     if isinstance(result, str):
         return result
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+    # Sorted keys: the same text from the tool's dict and from the one reloaded from the
+    # database (PostgreSQL's jsonb reorders keys), so a resolved argument, and its approval's
+    # hash, do not change when a run resumes.
+    return canonical_json(result)

@@ -27,7 +27,7 @@ def test_spaces_inside_the_braces_still_make_an_exact_placeholder():
     [
         ("{{1}}+{{1}}", "79900+79900"),
         ("to {{4}}", "to Goa"),
-        ("ref {{2}}", 'ref {"status":"sent","reference":"R-7"}'),
+        ("ref {{2}}", 'ref {"reference":"R-7","status":"sent"}'),
         ("items {{3}}", 'items ["a","b"]'),
         ("none {{5}}", "none null"),
         ("{{6}} nights", "2.5 nights"),
@@ -104,3 +104,12 @@ def test_only_ascii_digits_and_spaces_make_a_placeholder(text):
 
 def test_ascii_whitespace_inside_the_braces_still_makes_a_placeholder():
     assert placeholder_refs(["{{\t1\n}}", "{{ 2\r}}"]) == {1, 2}
+
+
+def test_a_result_becomes_the_same_text_whatever_order_its_keys_come_in():
+    # PostgreSQL's jsonb hands a reloaded result back with its keys reordered.
+    as_returned = {"status": "refunded", "reference": "RF-1", "amount_inr": 2499}
+    as_reloaded = {"amount_inr": 2499, "reference": "RF-1", "status": "refunded"}
+    args = {"body": "Reference: {{1}}"}
+
+    assert resolve(args, {1: as_returned}) == resolve(args, {1: as_reloaded})
