@@ -165,7 +165,9 @@ def _jsonable(value: Any) -> tuple[Any, int]:
         return storable(value), len(value) if kind is str else 0
     text = json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
     data = json.loads(text)
-    return (data if unstorable_in(text) is None else storable(data)), len(text)
+    # The text keeps an unpaired surrogate as it is but writes a NUL as the escape \u0000.
+    clean = unstorable_in(text) is None and "\\u0000" not in text
+    return (data if clean else storable(data)), len(text)
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})

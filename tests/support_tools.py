@@ -89,6 +89,12 @@ def mangled(text: str) -> dict:
 
 
 @tool
+def with_nul(text: str) -> dict:
+    """Return the text with a NUL inside a dict and a list (and no surrogate)."""
+    return {"text": text + "\x00", "list": ["\x00"]}
+
+
+@tool
 def bulky(chars: int) -> dict:
     """Return a result whose JSON text is a little longer than chars."""
     return {"text": "x" * chars}

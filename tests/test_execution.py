@@ -180,6 +180,19 @@ def test_a_tool_result_with_unstorable_characters_is_stored_with_them_escaped(au
     assert ToolCall.objects.get(step=steps[1]).result == steps[1].result
 
 
+def test_a_nul_deep_inside_a_result_is_stored_escaped(author, settings):
+    # PostgreSQL refuses NUL in jsonb: unescaped, the commit failed and the run could not end.
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    plan = {"steps": [{"id": 1, "tool": "with_nul", "args": {"text": "ok"}}]}
+    run = run_create(author=author, goal_text="nul", plan_data=plan)
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+
+    step = Step.objects.get(plan__run=run)
+    assert step.result == {"text": "ok\\u0000", "list": ["\\u0000"]}
+    assert ToolCall.objects.get(step=step).result == step.result
+
+
 def test_a_result_larger_than_the_limit_fails_its_step_saying_so(author, settings):
     settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
     settings.AGENTSITE_TOOL_RESULT_MAX_CHARS = 1000
