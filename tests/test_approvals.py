@@ -368,3 +368,15 @@ def test_identical_destructive_steps_keep_their_own_keys_when_a_crash_reorders_t
     again = dict(ToolCall.objects.filter(run=run).values_list("step__step_id", "idempotency_key"))
     assert again == keys
     assert len(mail.outbox) == 2  # each key's email went out once
+
+
+def test_an_edit_with_an_integer_too_long_to_write_is_refused(author, reviewer):
+    run = start_refund(author)
+    approval = Approval.objects.get(run=run)
+    edited = {**approval.args, "amount_inr": 10**5000}
+
+    with pytest.raises(ApprovalRefused, match="cannot be written as JSON"):
+        approval_decide(approval=approval, reviewer=reviewer, approve=True, edited_args=edited)
+
+    approval.refresh_from_db()
+    assert approval.decision == Approval.Decision.PENDING

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from plans.engine import args_sha256, check_args, unstorable_in
+from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
 from plans.events import INBOX_GROUP, append_events, group_send
 from plans.models import Approval, Plan, Run, Step
 from plans.tools import get_registry
@@ -334,6 +334,10 @@ def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     unstorable = unstorable_in(args)
     if unstorable is not None:
         problems.append(f"they hold text that cannot be stored: {unstorable}")
+    try:
+        canonical_json(args)  # what the approval's hash is taken of
+    except ValueError as exc:  # NaN, or an integer too long to write out
+        problems.append(f"they cannot be written as JSON: {exc}")
     if problems:
         raise ApprovalRefused("The edited arguments are invalid: " + "; ".join(problems) + ".")
     return dict(args)
