@@ -62,8 +62,10 @@ def run_model(steps: Steps, cost_us: float) -> float:
             if None in batch:
                 return
 
-    threads = [threading.Thread(target=tool_thread) for _ in range(POOL_THREADS)]
-    threads.append(threading.Thread(target=writer_thread))
+    threads = [
+        threading.Thread(target=tool_thread, name="budget-tool") for _ in range(POOL_THREADS)
+    ]
+    threads.append(threading.Thread(target=writer_thread, name="budget-writer"))
     for thread in threads:
         thread.start()
     ms = {s["id"]: s["args"]["ms"] for s in steps}

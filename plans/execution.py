@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from plans.budgets import author_daily_problem, rate_limit_wait
@@ -89,9 +89,44 @@ def advance_run(run_id: int) -> str:
     except LeaseLost:
         logger.warning("run %s: lease lost; another worker carries on", run_id)
         return "lease_lost"
+    except (OperationalError, InterfaceError):
+        raise  # the database went away: the run is taken up again once it is back
+    except Exception as error:
+        # Anything else would happen again on every take-up (a value the database refuses, a
+        # bug): the run ends here, saying why, rather than being retried for ever.
+        logger.exception("run %s: advancing it failed; it ends failed", run_id)
+        return _end_after_crash(lease, error)
     finally:
         if not lease.released:
             lease_release(lease)
+
+
+def _end_after_crash(lease: Lease, error: Exception) -> str:
+    """Fail the run (fenced by its lease): unfinished steps are failed or skipped, on record."""
+    message = f"the run stopped on an internal error: {_error_text(error)}"
+    now = timezone.now()
+    with transaction.atomic():
+        append_events(
+            lease.run_id,
+            [("run_finished", {"status": Run.Status.FAILED, "error": message})],
+            lease_token=lease.token,
+            run_fields={
+                "status": Run.Status.FAILED,
+                "error": message,
+                "finished_at": now,
+                "lease_token": None,
+                "lease_expires_at": None,
+            },
+        )
+        steps = Step.objects.filter(plan__run_id=lease.run_id)
+        steps.filter(status=Step.Status.RUNNING).update(
+            status=Step.Status.FAILED, error=message, finished_at=now
+        )
+        steps.filter(status__in=(Step.Status.PENDING, Step.Status.AWAITING_APPROVAL)).update(
+            status=Step.Status.SKIPPED, error=message, finished_at=now
+        )
+    lease.released = True
+    return Run.Status.FAILED
 
 
 @dataclass

@@ -115,3 +115,34 @@ def test_an_answer_stream_cut_short_records_the_input_it_was_billed_for(
     assert call.cost_usd > 0
     run.refresh_from_db()
     assert run.input_tokens == 1200 and run.cost_usd == call.cost_usd
+
+
+def test_a_run_the_database_keeps_refusing_ends_failed_instead_of_being_retried(
+    author, monkeypatch
+):
+    from django.db import DataError
+
+    from plans import recorder
+    from plans.models import RunEvent, ToolCall
+
+    insert_rows = recorder.insert_rows
+
+    def refuse_tool_calls(model, rows):
+        if model is ToolCall and rows:
+            raise DataError("unsupported Unicode escape sequence")  # as PostgreSQL says of NUL
+        return insert_rows(model, rows)
+
+    monkeypatch.setattr(recorder, "insert_rows", refuse_tool_calls)
+    run = run_create(author=author, goal_text=PRICE_GOAL)
+
+    assert advance_run(run.pk) == "failed"
+
+    run.refresh_from_db()
+    assert run.error.startswith("the run stopped on an internal error: DataError: unsupported")
+    assert run.lease_token is None and run.finished_at is not None
+    assert not Step.objects.filter(plan__run=run, status__in=["pending", "running"]).exists()
+    assert RunEvent.objects.filter(run=run).last().kind == "run_finished"
+    seqs = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    advance_run(run.pk)  # taken up again, as a sweep would: nothing more happens
+    assert Run.objects.get(pk=run.pk).status == "failed"
