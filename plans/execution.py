@@ -258,7 +258,7 @@ class RunAdvancer:
             parked = StepsExecution(self, plan_row, steps).execute()
             if parked:
                 return Run.Status.AWAITING_APPROVAL
-            if self.cancel_recorded():
+            if self.cancel_known:  # read afresh as the steps ended
                 return self._finish(Run.Status.CANCELLED)  # no replan, no answer
             if not self._may_replan(steps):
                 break
