@@ -45,7 +45,7 @@ class StepAdmin(ReadOnlyAdmin):
 class ApprovalAdmin(ReadOnlyAdmin):
     list_display = ["id", "run", "tool", "decision", "reviewer", "args_sha256", "decided_at"]
     list_filter = ["decision", "tool"]
-    list_select_related = ["reviewer"]
+    list_select_related = ["reviewer", "run"]
 
 
 @admin.register(models.RunEvent)

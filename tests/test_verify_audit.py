@@ -6,6 +6,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,6 +53,17 @@ def test_an_altered_event_is_named(run):
 
     assert not ok
     assert f"event #{event.seq} (step_finished) was altered" in output
+
+
+def test_a_timestamp_overwritten_with_garbage_is_named(run):
+    event = RunEvent.objects.get(run=run, seq=4)
+    with connection.cursor() as cursor:  # what SQLite lets a raw UPDATE write
+        cursor.execute("UPDATE plans_runevent SET at = 'garbage' WHERE id = %s", [event.pk])
+
+    ok, output = verify("--run", str(run.pk))
+
+    assert not ok
+    assert f"event #4 ({event.kind}) was altered" in output
 
 
 def test_a_removed_event_is_named(run):
