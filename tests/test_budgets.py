@@ -6,6 +6,7 @@ from decimal import Decimal
 from io import StringIO
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ def priced_offline_model(settings):
 
 
 def run_goal(author="alice"):
+    get_user_model().objects.get_or_create(username=author)
     out = StringIO()
     with contextlib.suppress(SystemExit):
         call_command("run_goal", PRICE_GOAL, "--json", "--author", author, stdout=out)

@@ -1,7 +1,11 @@
 """manage.py run_goal: the headless path through the same services as the dashboard."""
 
 import json
+import os
+import subprocess
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -301,3 +305,26 @@ def test_a_plan_file_starting_with_a_utf8_byte_order_mark_is_read(tmp_path):
 
     assert code == 0, out
     assert out["steps"]["3"]["result"] == 92800
+
+
+def test_an_author_that_does_not_exist_is_refused_not_created(django_user_model):
+    with pytest.raises(CommandError, match="there is no user 'nosuchuser' to submit as"):
+        call_command("run_goal", "Total price of an iPhone 16", "--author", "nosuchuser")
+
+    assert not django_user_model.objects.filter(username="nosuchuser").exists()
+
+
+def test_a_usage_error_exits_64_not_the_invalid_plan_code(tmp_path):
+    # Run as a shell does: argparse's own exit code, 2, would read as "invalid plan".
+    env = {**os.environ, "AGENTSITE_SQLITE_PATH": str(tmp_path / "db.sqlite3")}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_goal", "x", "--approve-all", "--reject-destructive"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 64
+    assert "not allowed with argument --approve-all" in result.stderr

@@ -22,11 +22,25 @@ from plans.services.runs import GoalRejected, goal_clean, run_create, run_summar
 
 EXIT_INVALID_PLAN = 2
 EXIT_NOT_COMPLETED = 3
+EXIT_USAGE = 64  # sysexits' EX_USAGE; argparse's own 2 would read as "invalid plan"
 CLI_USERNAME = "cli"
 
 
 class Command(BaseCommand):
     help = "Plan and run GOAL (or run --plan-file), printing the outcome."
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        refuse = parser.error
+
+        def usage_error(message: str) -> None:
+            if not parser.called_from_command_line:
+                refuse(message)  # a CommandError for call_command
+            parser.print_usage(sys.stderr)
+            parser.exit(EXIT_USAGE, f"{parser.prog}: error: {message}\n")
+
+        parser.error = usage_error  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("goal", help="what the agent should achieve")
@@ -41,7 +55,11 @@ class Command(BaseCommand):
             "--reject-destructive", action="store_true", help="reject every destructive step"
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
-        parser.add_argument("--author", default=CLI_USERNAME, help="username to submit as")
+        parser.add_argument(
+            "--author",
+            default=CLI_USERNAME,
+            help=f"an existing user to submit as (default: {CLI_USERNAME}, created when missing)",
+        )
         parser.add_argument(
             "--require-plan-approval",
             action="store_true",
@@ -60,7 +78,7 @@ class Command(BaseCommand):
                     raise CommandError(str(error)) from error
                 self._report_problems(None, [problem], as_json=options["json"])
                 sys.exit(EXIT_INVALID_PLAN)
-        author, _ = get_user_model().objects.get_or_create(username=options["author"])
+        author = _author(options["author"])
         try:
             run = run_create(
                 author=author,
@@ -143,6 +161,17 @@ class Command(BaseCommand):
         self.stdout.write("The plan is invalid:")
         for problem in problems:
             self.stdout.write(f"  - {problem}")
+
+
+def _author(username: str) -> Any:
+    """The user to submit as; only the default one is created (a typo must not be)."""
+    users = get_user_model().objects
+    if username == CLI_USERNAME:
+        return users.get_or_create(username=username)[0]
+    try:
+        return users.get(username=username)
+    except users.model.DoesNotExist:
+        raise CommandError(f"there is no user {username!r} to submit as") from None
 
 
 def _read_plan_file(path: Path) -> str:
