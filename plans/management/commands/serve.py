@@ -62,13 +62,17 @@ class Command(BaseCommand):
             f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
             f"model: {settings.AGENTSITE_MODEL_BACKEND}, workers in process: {options['workers']}"
         )
-        Server(
+        server = Server(
             application=ASGIStaticFilesHandler(application),
             endpoints=build_endpoint_description_strings(
                 host=options["host"], port=options["port"]
             ),
             verbosity=0,
-        ).run()
+        )
+        server.run()
+        if not server.listening_addresses:
+            # Daphne logs why and stops; without this the command would end as if it had served.
+            raise CommandError(f"could not listen on {options['host']}:{options['port']}")
 
     def _ensure_demo_users(self) -> None:
         from django.contrib.auth.models import Group
