@@ -58,6 +58,11 @@ def test_it_refuses_a_count_below_one():
         call_command("seed_runs", "0", stdout=StringIO())
 
 
+def test_it_refuses_to_go_back_further_than_dates_can():
+    with pytest.raises(CommandError, match="--days goes back at most 36,500 days, got 10,000,000"):
+        call_command("seed_runs", "5", "--days", "10000000", stdout=StringIO())
+
+
 def test_a_sweeper_finds_nothing_to_take_over_or_expire_in_seeded_runs(settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
     call_command("seed_runs", "300", "--days", "30", stdout=StringIO())

@@ -307,7 +307,11 @@ def test_the_export_is_a_json_attachment_with_the_whole_run(client, author, revi
     assert data["tool_calls"][0]["idempotency_key"]
     assert [e["seq"] for e in data["events"]] == list(range(1, run.last_seq + 1))
     assert data["events"][-1]["hash"] == data["run"]["last_event_hash"]
-    assert data["run"]["cost_usd"] == str(run.cost_usd)  # decimals stay exact
+    assert data["run"]["cost_usd"] == format(run.cost_usd, "f")  # decimals stay exact
+    # A zero cost (the offline model's) reads 0.00000000, not str(Decimal)'s 0E-8.
+    assert [call["cost_usd"] for call in data["model_calls"]] == ["0.00000000"] * len(
+        data["model_calls"]
+    )
 
 
 def test_hostile_text_in_the_export_is_exact_data_that_cannot_open_a_tag(

@@ -295,6 +295,7 @@ def test_serving_processes_freeze_startup_objects_and_collect_young_ones_less_of
     [
         (["--threads", "0"], "--threads must be at least 1, got 0"),
         (["--grace", "-1"], "--grace must be 0 or more seconds, got -1"),
+        (["--grace", "nan"], "--grace must be 0 or more seconds, got nan"),
     ],
 )
 def test_the_worker_command_refuses_bad_options_naming_them(args, refusal):

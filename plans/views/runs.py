@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
+from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
@@ -146,11 +148,20 @@ def run_audit(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
+class _ExportEncoder(DjangoJSONEncoder):
+    """Decimals in plain notation: a zero cost is "0.00000000", not str(Decimal)'s "0E-8"."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Decimal):
+            return format(o, "f")
+        return super().default(o)
+
+
 @login_required
 @require_GET
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_run(request, run_id)
-    text = json.dumps(run_export_data(run=run), cls=DjangoJSONEncoder, indent=2, ensure_ascii=False)
+    text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
     # Same JSON, but no byte of it can open a tag even if a browser were to sniff it as HTML.
     text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     response = HttpResponse(text, content_type="application/json; charset=utf-8")

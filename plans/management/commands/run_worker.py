@@ -53,7 +53,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["threads"] < 1:
             raise CommandError(f"--threads must be at least 1, got {options['threads']}")
-        if options["grace"] < 0:
+        if not 0 <= options["grace"] < float("inf"):  # also refuses nan
             raise CommandError(f"--grace must be 0 or more seconds, got {options['grace']:g}")
         stopping = threading.Event()
         signals = {"count": 0}

@@ -148,6 +148,10 @@ SHAPES: list[Callable[[random.Random], tuple[str, list[StepSpec]]]] = [
 ]
 
 
+# Far enough back for any report window, and well within what dates can hold.
+MAX_DAYS = 36_500
+
+
 class Command(BaseCommand):
     help = "Bulk-create N synthetic runs (plans, steps, calls, approvals) for demos and checks."
 
@@ -161,6 +165,8 @@ class Command(BaseCommand):
     def handle(self, *args, count: int, authors: int, days: int, seed: int, batch: int, **options):
         if count < 1 or authors < 1 or days < 1 or batch < 1:
             raise CommandError("count, --authors, --days and --batch must be positive")
+        if days > MAX_DAYS:
+            raise CommandError(f"--days goes back at most {MAX_DAYS:,} days, got {days:,}")
         started = time.monotonic()
         created = runs_seed(
             count=count,
