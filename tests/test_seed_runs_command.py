@@ -1,5 +1,6 @@
 """manage.py seed_runs: synthetic runs that look like real ones to every audit page."""
 
+import json
 from io import StringIO
 
 import pytest
@@ -71,3 +72,15 @@ def test_a_sweeper_finds_nothing_to_take_over_or_expire_in_seeded_runs(settings)
     assert Approval.objects.filter(decision="pending").exists()
     assert sweep_once() == []
     assert not Approval.objects.filter(decision="expired").exists()
+
+
+def test_seeded_approvals_ask_about_resolved_arguments_as_a_run_does():
+    call_command("seed_runs", "200", stdout=StringIO())
+
+    approvals = Approval.objects.select_related("step")
+    assert approvals.exists()
+    for approval in approvals:
+        assert "{{" not in json.dumps(approval.args), approval.args
+        assert approval.args == approval.step.resolved_args
+    for call in ToolCall.objects.all():
+        assert "{{" not in json.dumps(call.args), call.args

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from plans.audit import GENESIS, event_hash
 from plans.bulk import insert_rows
-from plans.engine import args_sha256, canonical_json, idempotency_key
+from plans.engine import args_sha256, canonical_json, idempotency_key, resolve
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
@@ -455,6 +455,7 @@ def _steps(
     for step_id, _, _, deps, _, _ in specs:
         depth[step_id] = 1 + max((depth[d] for d in deps), default=0)
     outcome: dict[int, str] = {}
+    results: dict[int, Any] = {}  # what succeeded steps returned, for their dependants' args
     failing = rng.choice([spec[0] for spec in specs if not spec[4]])
     first_destructive = next((spec[0] for spec in specs if spec[4]), None)
     rounds_run = 0
@@ -481,6 +482,10 @@ def _steps(
                 state, reason = "skipped", "skipped: the run was cancelled"
             outcome[step_id] = state
             ran = state in ("succeeded", "failed")
+            if state == "succeeded":
+                results[step_id] = result
+            # As a run does: a step whose dependencies all succeeded has its arguments resolved.
+            resolved = resolve(args, results) if all(d in results for d in deps) else args
             took = timedelta(milliseconds=rng.randint(15, 900))
             step_start = clock + timedelta(milliseconds=rng.randint(1, 30)) if ran else None
             step_end = step_start + took if step_start else None
@@ -499,7 +504,9 @@ def _steps(
                     "destructive": destructive,
                     "round": round_no,
                     "status": state,
-                    "resolved_args": args if ran or state == "awaiting_approval" else None,
+                    "resolved_args": (
+                        resolved if ran or state in ("awaiting_approval", "blocked") else None
+                    ),
                     "result": result if state == "succeeded" else None,
                     "error": reason if state in ("failed", "blocked", "skipped") else "",
                     "attempts": 1 if ran else 0,
@@ -516,9 +523,9 @@ def _steps(
                         "run_id": run_id,
                         "step_id": row_id,
                         "tool": tool,
-                        "requested_args": args,
-                        "args": args,
-                        "args_sha256": args_sha256(tool, args),
+                        "requested_args": resolved,
+                        "args": resolved,
+                        "args_sha256": args_sha256(tool, resolved),
                         "decision": decision,
                         "reviewer_id": None,
                         "via": "cli" if decision != "pending" else "",
@@ -536,10 +543,10 @@ def _steps(
                         "step_id": row_id,
                         "tool": tool,
                         "attempt": 1,
-                        "args": args,
+                        "args": resolved,
                         "result": result if state == "succeeded" else None,
                         "error": reason if state == "failed" else "",
-                        "idempotency_key": idempotency_key(tool, args),
+                        "idempotency_key": idempotency_key(tool, resolved),
                         "started_at": step_start,
                         "duration_ms": took.total_seconds() * 1000,
                     },
