@@ -281,22 +281,18 @@ class RunAdvancer:
         if self.run.status != Run.Status.AWAITING_PLAN_APPROVAL:
             self.recorder.event("plan_approval_requested", version=plan_row.version)
 
-        def raced(cancel_requested: bool) -> bool:
-            if cancel_requested:
-                self.run.cancel_requested = True  # end the run instead of parking it
-                return True
-            return PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists()
-
         return self.park(
-            Run.Status.AWAITING_PLAN_APPROVAL, awaiting=f"plan v{plan_row.version}", raced=raced
+            Run.Status.AWAITING_PLAN_APPROVAL,
+            awaiting=f"plan v{plan_row.version}",
+            decided=lambda: PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists(),
         )
 
-    def park(self, status: str, *, awaiting: Any, raced: Callable[[bool], bool]) -> bool:
-        """Release the run (in this status) to wait for a decision; False if raced() saw one.
+    def park(self, status: str, *, awaiting: Any, decided: Callable[[], bool]) -> bool:
+        """Release the run (in this status) to wait for a decision; False if one raced in.
 
-        raced(cancel_requested) runs after the fenced update, which locks the run row: a
-        decision either committed before it (and raced() sees it) or waits and then finds the
-        run parked.
+        decided() runs after the fenced update, which locks the run row: a decision either
+        committed before it (and decided() sees it) or waits and then finds the run parked. A
+        cancel committed before it ends the run instead of parking it.
         """
         self.recorder.flush(wait=True)
         try:
@@ -307,7 +303,10 @@ class RunAdvancer:
                     lease_token=self.lease.token,
                     run_fields={"status": status, "lease_token": None, "lease_expires_at": None},
                 )
-                if raced(cancel_requested):
+                if cancel_requested:
+                    self.run.cancel_requested = True
+                    raise _DecisionRaced
+                if decided():
                     raise _DecisionRaced
         except _DecisionRaced:
             return False
@@ -693,13 +692,11 @@ class StepsExecution:
         step.started_at = timezone.now()
         step.resolved_args = args
         key = self._call_key(step, spec, args)
-        if key == step.idempotency_key or not spec.destructive:
-            self.recorder.step_changed(step, "status", "attempts", "started_at", "resolved_args")
-        else:
+        changed = ["status", "attempts", "started_at", "resolved_args"]
+        if spec.destructive and key != step.idempotency_key:
             step.idempotency_key = key  # on record with the attempt, before the side effect
-            self.recorder.step_changed(
-                step, "status", "attempts", "started_at", "resolved_args", "idempotency_key"
-            )
+            changed.append("idempotency_key")
+        self.recorder.step_changed(step, *changed)
         self.recorder.event(
             "step_started",
             step=step.step_id,
@@ -777,15 +774,10 @@ class StepsExecution:
 
     def _park(self) -> bool:
         """Release the run while it waits for reviewers; False if a decision raced in."""
-
-        def raced(cancel_requested: bool) -> bool:
-            if cancel_requested:
-                self.run.cancel_requested = True  # end the run instead of parking it
-                return True
-            return bool(self._decided())
-
         return self.advancer.park(
-            Run.Status.AWAITING_APPROVAL, awaiting=sorted(self.awaiting), raced=raced
+            Run.Status.AWAITING_APPROVAL,
+            awaiting=sorted(self.awaiting),
+            decided=lambda: bool(self._decided()),
         )
 
     # --- completing ----------------------------------------------------------------------
