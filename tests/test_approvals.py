@@ -316,14 +316,20 @@ def test_decisions_that_come_while_steps_run_keep_to_the_runs_parallel_cap(
     assert support_tools.tracked["most"] == 2
 
 
-def test_rejecting_one_of_two_identical_steps_leaves_the_other_to_its_own_decision(
-    author, reviewer
-):
-    email = {"to": "a@example.com", "subject": "Hello", "body": "Once is enough."}
+def two_identical_emails_waiting(author, *, body):
+    """A run whose steps 1 and 2 send the same email, both waiting: (run, approval 1, 2)."""
+    email = {"to": "a@example.com", "subject": "Hello", "body": body}
     steps = [{"id": n, "tool": "send_email", "args": email, "depends_on": []} for n in (1, 2)]
     run = run_create(author=author, goal_text="email", plan_data={"steps": steps})
     advance_run(run.pk)
     first, second = Approval.objects.filter(run=run).order_by("step__step_id")
+    return run, first, second
+
+
+def test_rejecting_one_of_two_identical_steps_leaves_the_other_to_its_own_decision(
+    author, reviewer
+):
+    run, first, second = two_identical_emails_waiting(author, body="Once is enough.")
 
     approval_decide(approval=first, reviewer=reviewer, approve=False, reason="a duplicate")
     assert Step.objects.get(plan__run=run, step_id=2).status == "awaiting_approval"
@@ -349,11 +355,7 @@ def test_a_reason_that_cannot_be_stored_is_refused_and_nothing_is_decided(author
 def test_identical_destructive_steps_keep_their_own_keys_when_a_crash_reorders_them(
     author, reviewer
 ):
-    email = {"to": "a@example.com", "subject": "Twice", "body": "Sent on purpose twice."}
-    steps = [{"id": n, "tool": "send_email", "args": email, "depends_on": []} for n in (1, 2)]
-    run = run_create(author=author, goal_text="email twice", plan_data={"steps": steps})
-    advance_run(run.pk)
-    first, second = Approval.objects.filter(run=run).order_by("step__step_id")
+    run, first, second = two_identical_emails_waiting(author, body="Sent on purpose twice.")
     approval_decide(approval=second, reviewer=reviewer, approve=True)  # step 2 goes first
     approval_decide(approval=first, reviewer=reviewer, approve=True)
     keys = dict(ToolCall.objects.filter(run=run).values_list("step__step_id", "idempotency_key"))

@@ -42,6 +42,16 @@ def advancing(run):
     return thread
 
 
+def cancelled_while_step_1_runs(run, author):
+    """Advance the run, cancel it while its step 1 (held at gate "g") runs, then let it end."""
+    worker = advancing(run)
+    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+    run_cancel(run=run, user=author)
+    gate_open("g")
+    worker.join(timeout=30)
+    run.refresh_from_db()
+
+
 def test_no_step_starts_after_the_cancel_is_recorded_and_the_one_in_flight_finishes(author):
     run = create(
         author,
@@ -51,14 +61,8 @@ def test_no_step_starts_after_the_cancel_is_recorded_and_the_one_in_flight_finis
             {"id": 3, "tool": "echo", "args": {"text": "{{2}}"}, "depends_on": [2]},
         ],
     )
-    worker = advancing(run)
-    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+    cancelled_while_step_1_runs(run, author)
 
-    run_cancel(run=run, user=author)
-    gate_open("g")
-    worker.join(timeout=30)
-
-    run.refresh_from_db()
     steps = steps_of(run)
     assert run.status == Run.Status.CANCELLED
     assert steps[1].status == Step.Status.SUCCEEDED and steps[1].result == "in flight"
@@ -189,14 +193,8 @@ def test_the_command_names_a_user_that_does_not_exist(author):
 
 def test_a_cancel_while_the_last_step_runs_ends_the_run_cancelled_without_an_answer(author):
     run = create(author, [{"id": 1, "tool": "hold", "args": {"label": "last", "gate": "g"}}])
-    worker = advancing(run)
-    wait_until(lambda: steps_of(run)[1].status == Step.Status.RUNNING)
+    cancelled_while_step_1_runs(run, author)
 
-    run_cancel(run=run, user=author)
-    gate_open("g")
-    worker.join(timeout=30)
-
-    run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert steps_of(run)[1].status == Step.Status.SUCCEEDED
     assert run.model_call_count == 0 and run.answer == ""

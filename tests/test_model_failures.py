@@ -1,9 +1,5 @@
 """A model call that cannot be made, or whose backend breaks, ends the run as failed, once."""
 
-import json
-
-import anthropic
-import httpx2
 import pytest
 
 from plans import execution
@@ -12,6 +8,7 @@ from plans.llm.anthropic_model import AnthropicModel
 from plans.llm.offline import OfflineModel
 from plans.models import ModelCall, Run, Step
 from plans.services.runs import run_create
+from tests.llm.anthropic_http import client_served_by, sse, stream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,38 +67,10 @@ def test_an_answer_stream_cut_short_records_the_input_it_was_billed_for(
 ):
     settings.AGENTSITE_MODEL_BACKEND = "anthropic"
     settings.ANTHROPIC_API_KEY = "test-key"
-    started = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-5-5",
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 1200, "output_tokens": 1},
-        },
-    }
-    events = [
-        started,
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The"}},
-        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-    ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    client = anthropic.Anthropic(
-        api_key="test-key",
-        base_url="https://api.example.test",
-        max_retries=0,
-        http_client=httpx2.Client(
-            transport=httpx2.MockTransport(
-                lambda request: httpx2.Response(
-                    200, content=body.encode(), headers={"content-type": "text/event-stream"}
-                )
-            )
-        ),
-    )
+    # The answer's stream breaks off after its first words; message_start said 1200 went in.
+    events = stream_events(["The"], input_usage={"input_tokens": 1200}, output_tokens=5)[:3]
+    events.append({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    client = client_served_by(lambda request: sse(*events))
     model = AnthropicModel(client, sleep=lambda seconds: None)
     monkeypatch.setattr(execution, "get_model", lambda: model)
     plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}

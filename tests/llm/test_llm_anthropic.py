@@ -10,6 +10,7 @@ import pytest
 from plans.llm.anthropic_model import BACKOFF_BASE_S, RETRY_AFTER_CAP_S, AnthropicModel
 from plans.llm.base import ModelError, Usage
 from plans.llm.prompts import answer_request, planner_request
+from tests.llm.anthropic_http import client_served_by, sse, stream_events
 
 CATALOG = [
     {
@@ -43,12 +44,7 @@ class Server:
 
 
 def model_for(server, *, max_retries=3, sleeps=None):
-    client = anthropic.Anthropic(
-        api_key="test-key",
-        base_url="https://api.example.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
-    )
+    client = client_served_by(server)
     sleep = sleeps.append if sleeps is not None else lambda seconds: None
     return AnthropicModel(client, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
 
@@ -72,44 +68,6 @@ def message(text, **usage):
 def error(status, kind, text, headers=None):
     body = {"type": "error", "error": {"type": kind, "message": text}}
     return httpx2.Response(status, json=body, headers=headers or {})
-
-
-def sse(*events):
-    lines = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    return httpx2.Response(
-        200, content=lines.encode(), headers={"content-type": "text/event-stream"}
-    )
-
-
-def stream_events(deltas, *, input_usage, output_tokens):
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_02",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"output_tokens": 1, **input_usage},
-        },
-    }
-    return [
-        start,
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        *(
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}
-            for d in deltas
-        ),
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": output_tokens},
-        },
-        {"type": "message_stop"},
-    ]
 
 
 def plan_request():

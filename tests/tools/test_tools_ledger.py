@@ -224,22 +224,28 @@ def test_an_over_long_idempotency_key_is_refused_before_any_side_effect():
     assert mail.outbox == []
 
 
-def in_another_thread(work):
-    """What work() returns or raises, run on a thread with its own database connection."""
-    outcome = []
+def on_a_thread(work):
+    """A thread (not started) running work() on its own database connection, and the list
+    its outcome (what work() returns or raises) goes into."""
+    outcomes = []
 
     def run():
         try:
-            outcome.append(work())
+            outcomes.append(work())
         except Exception as error:
-            outcome.append(error)
+            outcomes.append(error)
         finally:
             connections.close_all()
 
-    thread = threading.Thread(target=run)
+    return threading.Thread(target=run), outcomes
+
+
+def in_another_thread(work):
+    """What work() returns or raises, run on a thread with its own database connection."""
+    thread, outcomes = on_a_thread(work)
     thread.start()
     thread.join()
-    return outcome[0]
+    return outcomes[0]
 
 
 def write_a_booking():
@@ -271,25 +277,10 @@ def test_no_transaction_is_open_while_an_email_is_delivered(monkeypatch):
     }
 
 
-def a_repeat_on_another_thread():
-    """A thread that calls email() again once started, and the list its outcome goes into."""
-    outcomes = []
-
-    def repeat():
-        try:
-            outcomes.append(email())
-        except Exception as error:
-            outcomes.append(error)
-        finally:
-            connections.close_all()
-
-    return threading.Thread(target=repeat), outcomes
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_repeat_while_the_first_email_is_being_delivered_waits_for_its_outcome(monkeypatch):
     # As the executor re-asks after a time-out: the answer is what the first delivery did.
-    repeat, outcomes = a_repeat_on_another_thread()
+    repeat, outcomes = on_a_thread(email)
     sent = []
 
     def deliver_slowly(*args, **kwargs):
@@ -307,7 +298,7 @@ def test_a_repeat_while_the_first_email_is_being_delivered_waits_for_its_outcome
 
 @pytest.mark.django_db(transaction=True)
 def test_a_repeat_delivers_when_the_first_delivery_it_waited_for_failed(monkeypatch):
-    repeat, outcomes = a_repeat_on_another_thread()
+    repeat, outcomes = on_a_thread(email)
     sent = []
 
     def fail_slowly(*args, **kwargs):
