@@ -106,7 +106,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "plans.context_processors.pending_approvals",
+                "plans.ui.context_processors.pending_approvals",
                 "django.template.context_processors.csp",
             ],
         },

@@ -125,8 +125,8 @@ def run_once(steps: Steps) -> tuple[float, float, float]:
     """Seconds of the run: (wall, inside the answer model, CPU of every thread)."""
     from django.contrib.auth import get_user_model
 
-    from plans.execution import advance_run
     from plans.models import ModelCall, Run, RunEvent
+    from plans.runtime.advance import advance_run
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     from plans.services.runs import run_create
@@ -180,7 +180,7 @@ def main() -> int:
         )
         for _ in range(3):  # warm up imports, connections, the registry, the pool, caches
             run_once(diamond(fixed(0)))
-        from plans.worker import gc_tune_for_serving
+        from plans.runtime.worker import gc_tune_for_serving
 
         gc_tune_for_serving()  # as `manage.py serve` and `run_worker` do once started
         fixed_s = statistics.median(

@@ -125,8 +125,8 @@ def _measure(mode: str, repeats: int, var_dir: str) -> dict:
     call_command("migrate", verbosity=0)
     workers: list[subprocess.Popen] = []
     if mode == "sqlite":
-        from plans.sweeper import start_sweeper_thread
-        from plans.worker import start_worker_threads
+        from plans.runtime.sweeper import start_sweeper_thread
+        from plans.runtime.worker import start_worker_threads
 
         start_worker_threads(2, prefix="bench")
         start_sweeper_thread()

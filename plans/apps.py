@@ -12,7 +12,7 @@ class PlansConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from plans import checks  # noqa: F401  (registers the system checks)
-        from plans.events import group_send, user_group
+        from plans.runtime.events import group_send, user_group
 
         def close_sockets_on_logout(sender, request, user, **kwargs) -> None:
             if user is not None:

@@ -20,9 +20,9 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
 
-from plans.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.models import Run, RunEvent
 from plans.roles import may_see_run
+from plans.runtime.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.views.approvals import pending_approvals_count
 from plans.views.goals import answer_delta_fragment, live_fragment
 from plans.views.params import MAX_ID, whole_number

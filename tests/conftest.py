@@ -53,7 +53,7 @@ def fast_password_hashing(settings):
 @pytest.fixture(autouse=True)
 def fresh_circuit_cache():
     """Breaker state lives in the database; the per-process cache must not leak across tests."""
-    from plans.circuits import reset_cache
+    from plans.guards.circuits import reset_cache
 
     reset_cache()
 

@@ -4,8 +4,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from plans.execution import advance_run
 from plans.llm.offline import REFUND_GOAL
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

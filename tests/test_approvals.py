@@ -6,8 +6,8 @@ import pytest
 from django.core import mail
 
 from plans.engine import args_sha256
-from plans.execution import advance_run, invoke_tool
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.runtime.advance import advance_run, invoke_tool
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_create
 from plans.tools import get_registry

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
-from plans.budgets import rate_limit_wait
+from plans.guards.budgets import rate_limit_wait
 from plans.models import ModelCall, RateBucket, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +98,7 @@ def test_spent_today_sums_only_todays_calls_in_the_authors_runs(db):
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from plans.budgets import author_spent_today
+    from plans.guards.budgets import author_spent_today
     from plans.models import ModelCall
     from plans.services.runs import run_create
 
@@ -120,7 +120,7 @@ def test_spent_today_sums_only_todays_calls_in_the_authors_runs(db):
 
 def drive(run):
     """Advance a run until it ends, as the worker would."""
-    from plans.execution import advance_run
+    from plans.runtime.advance import advance_run
 
     for _ in range(20):
         if advance_run(run.pk) != "busy":

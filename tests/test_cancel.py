@@ -6,8 +6,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from plans.execution import RunAdvancer, advance_run
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.runtime.advance import RunAdvancer, advance_run
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_cancel, run_create
 from tests.integration.it_tools import gate_open

@@ -4,7 +4,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from plans.charts import Bar, Span, bar_chart_svg, gantt_svg, nice_scale, seconds_label, usd_label
+from plans.ui.charts import (
+    Bar,
+    Span,
+    bar_chart_svg,
+    gantt_svg,
+    nice_scale,
+    seconds_label,
+    usd_label,
+)
 from tests.html_safety import IMG, SCRIPT
 
 NS = {"svg": "http://www.w3.org/2000/svg"}

@@ -3,8 +3,8 @@
 import pytest
 from django.utils import timezone
 
-from plans.execution import advance_run
 from plans.models import Run, RunEvent, Step, ToolCall
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests import support_tools
 from tests.engine.engine_catalog import SEED_PLAN

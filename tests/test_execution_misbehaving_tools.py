@@ -2,8 +2,8 @@
 
 import pytest
 
-from plans.execution import TOOL_ERROR_MAX_CHARS, advance_run
 from plans.models import Run, Step, ToolCall
+from plans.runtime.advance import TOOL_ERROR_MAX_CHARS, advance_run
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

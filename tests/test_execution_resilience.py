@@ -2,8 +2,8 @@
 
 import pytest
 
-from plans.execution import advance_run
 from plans.models import Approval, LedgerEntry, RunEvent, Step, ToolCall
+from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from tests import support_tools
@@ -119,7 +119,7 @@ def test_after_the_cooldown_one_probe_closes_the_circuit_again(author, settings)
 
     from django.utils import timezone
 
-    from plans.circuits import reset_cache
+    from plans.guards.circuits import reset_cache
     from plans.models import CircuitBreaker
 
     CircuitBreaker.objects.create(

@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from django.core.cache import cache
 
-from plans import graphs
-from plans.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
 from plans.models import Plan, Step
+from plans.ui import graphs
+from plans.ui.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT
 
 NS = {"svg": "http://www.w3.org/2000/svg"}

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from plans.charts import shown_json
-from plans.execution import advance_run
 from plans.models import Approval
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
+from plans.ui.charts import shown_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from plans import execution
-from plans.execution import advance_run
 from plans.llm.anthropic_model import AnthropicModel
 from plans.llm.offline import OfflineModel
 from plans.models import ModelCall, Run, Step
+from plans.runtime import advance as execution
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests.llm.anthropic_http import client_served_by, sse, stream_events
 
@@ -91,8 +91,8 @@ def test_a_run_the_database_keeps_refusing_ends_failed_instead_of_being_retried(
 ):
     from django.db import DataError
 
-    from plans import recorder
     from plans.models import RunEvent, ToolCall
+    from plans.runtime import recorder
 
     insert_rows = recorder.insert_rows
 

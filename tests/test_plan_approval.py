@@ -2,8 +2,8 @@
 
 import pytest
 
-from plans.execution import advance_run
 from plans.models import Run, RunEvent, ToolCall
+from plans.runtime.advance import advance_run
 from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import run_create

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from plans.plan_diff import (
+from plans.engine.plan_diff import (
     ADDED,
     CHANGED,
     REMOVED,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from plans import events
-from plans.events import Publisher
+from plans.runtime import events
+from plans.runtime.events import Publisher
 
 
 class RecordingLayer:

@@ -6,12 +6,12 @@ import time
 import pytest
 from django.utils import timezone
 
-from plans import recorder as recorder_module
-from plans.events import LeaseLost
-from plans.execution import advance_run
-from plans.leases import lease_acquire, lease_release
 from plans.models import Run, RunEvent, Step, ToolCall
-from plans.recorder import Batch, RunRecorder, _merged
+from plans.runtime import recorder as recorder_module
+from plans.runtime.advance import advance_run
+from plans.runtime.events import LeaseLost
+from plans.runtime.leases import lease_acquire, lease_release
+from plans.runtime.recorder import Batch, RunRecorder, _merged
 from plans.services.runs import run_create
 from tests.integration.support import wait_until
 

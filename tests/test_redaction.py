@@ -3,9 +3,9 @@
 import pytest
 
 from plans.engine import canonical_json
-from plans.execution import advance_run
+from plans.guards.redaction import redact, redacted_json
 from plans.models import Run, RunEvent, ToolCall
-from plans.redaction import redact, redacted_json
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 
 CARD = "4111 1111 1111 1111"

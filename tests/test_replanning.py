@@ -7,10 +7,10 @@ import anthropic
 import httpx2
 import pytest
 
-from plans import execution
-from plans.execution import advance_run
 from plans.llm.anthropic_model import AnthropicModel
 from plans.models import Approval, ModelCall, Run, RunEvent, Step, ToolCall
+from plans.runtime import advance as execution
+from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 

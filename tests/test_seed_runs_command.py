@@ -7,9 +7,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from plans.audit import chain_problems
+from plans.guards.audit import chain_problems
 from plans.models import Approval, ModelCall, Run, Step, ToolCall
-from plans.sweeper import sweep_once
+from plans.runtime.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db
 

@@ -11,12 +11,12 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from plans.execution import advance_run
 from plans.models import Approval, Run
+from plans.runtime.advance import advance_run
+from plans.runtime.sweeper import sweep_delay, sweep_interval, sweep_once
+from plans.runtime.tasks import advance_run_task
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_cancel, run_create
-from plans.sweeper import sweep_delay, sweep_interval, sweep_once
-from plans.tasks import advance_run_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,7 +102,7 @@ def test_a_run_whose_lease_expired_is_queued_again_once(author):
 def test_a_big_requeue_is_logged_as_a_count_and_the_first_ids(author, caplog):
     runs = [leased_run(author, expires_in=-1) for _ in range(23)]
 
-    with caplog.at_level(logging.WARNING, logger="plans.sweeper"):
+    with caplog.at_level(logging.WARNING, logger="plans.runtime.sweeper"):
         assert sweep_once() == [run.pk for run in runs]
 
     first = ", ".join(str(run.pk) for run in runs[:20])
@@ -124,7 +124,7 @@ def test_a_task_left_running_by_a_dead_worker_is_marked_failed_and_its_run_queue
 
     task.refresh_from_db()
     assert task.status == TaskResultStatus.FAILED
-    assert task.exception_class_path == "plans.sweeper.WorkerLost"
+    assert task.exception_class_path == "plans.runtime.sweeper.WorkerLost"
     assert queued_run_ids() == [run.pk]
 
 

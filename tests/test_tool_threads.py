@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from plans.tool_threads import ToolThreads
+from plans.runtime.tool_threads import ToolThreads
 
 
 def test_a_call_replies_with_its_result():

@@ -10,10 +10,10 @@ from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plans.audit import chain_problems, event_hash
 from plans.engine import canonical_json
-from plans.execution import advance_run
+from plans.guards.audit import chain_problems, event_hash
 from plans.models import Run, RunEvent
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests.engine.engine_catalog import SEED_PLAN
 

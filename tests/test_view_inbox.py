@@ -7,9 +7,9 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils.html import escape
 
-from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL, TRIP_GOAL
 from plans.models import Approval, Run, Step
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from plans.templatetags.agentsite import pretty_json
 

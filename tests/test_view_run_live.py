@@ -4,9 +4,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.urls import reverse
 
-from plans.execution import advance_run
 from plans.llm.offline import PRICE_GOAL
 from plans.models import Run
+from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests.test_consumers import RECEIVE_S, open_socket, session_of
 

@@ -10,15 +10,15 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from plans import worker as worker_module
 from plans.engine import idempotency_key
-from plans.execution import advance_run
-from plans.leases import leases_held
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.runtime import worker as worker_module
+from plans.runtime.advance import advance_run
+from plans.runtime.leases import leases_held
+from plans.runtime.sweeper import sweep_once
+from plans.runtime.worker import RunWorker, Waker, start_worker_threads
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
-from plans.sweeper import sweep_once
-from plans.worker import RunWorker, Waker, start_worker_threads
 from tests.integration.it_tools import gate_open
 from tests.integration.support import seqs_of, wait_until
 

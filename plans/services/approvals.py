@@ -14,8 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
-from plans.events import INBOX_GROUP, append_events, group_send
 from plans.models import Approval, Plan, Run, Step
+from plans.runtime.events import INBOX_GROUP, append_events, group_send
 from plans.tools import get_registry
 
 
@@ -151,7 +151,7 @@ def approvals_decide(
             decided.append(locked)
         transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
         if resume:
-            from plans.tasks import run_enqueue
+            from plans.runtime.tasks import run_enqueue
 
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
@@ -211,7 +211,7 @@ def plan_decide(
             ],
         )
         if resume:
-            from plans.tasks import run_enqueue
+            from plans.runtime.tasks import run_enqueue
 
             run_enqueue(run.pk)
     return locked
@@ -253,7 +253,7 @@ def approvals_expire() -> list[int]:
                 [decided_event(approval, decided_by="ttl")],
             )
             if approval.run.status == Run.Status.AWAITING_APPROVAL:
-                from plans.tasks import run_enqueue
+                from plans.runtime.tasks import run_enqueue
 
                 run_enqueue(approval.run_id)
             runs.add(approval.run_id)

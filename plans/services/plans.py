@@ -11,12 +11,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from plans import engine
-from plans.bulk import rows_where
-from plans.events import append_events
-from plans.leases import Lease
 from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
+from plans.runtime.bulk import rows_where
+from plans.runtime.events import append_events
+from plans.runtime.leases import Lease
 from plans.tools import get_registry, tool_catalog_for_prompt
 
 

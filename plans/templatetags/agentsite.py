@@ -4,14 +4,14 @@ from typing import Any
 
 from django import template
 
-from plans.charts import shown_json
+from plans.ui.charts import shown_json
 
 register = template.Library()
 
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Indented JSON of a stored value, hidden characters shown (see plans.charts.shown_json)."""
+    """Indented JSON of a stored value, hidden characters shown (see plans.ui.charts.shown_json)."""
     return shown_json(value, indent=2)
 
 

@@ -16,14 +16,14 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from plans.events import event_message
-from plans.graphs import STATUS_COLOURS, plan_svg
 from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Plan, Run, RunEvent, Step
 from plans.roles import may_see_run, may_submit_goals
+from plans.runtime.events import event_message
 from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
+from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.approvals import refusal_status
 from plans.views.params import whole_number
 

@@ -18,9 +18,8 @@ from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from plans.graphs import STATUS_COLOURS, plan_svg
 from plans.models import Goal, Run, Step
-from plans.reports import (
+from plans.selectors.reports import (
     DEFAULT_RUN_SORT,
     RUN_SORTS,
     RunFilters,
@@ -30,6 +29,7 @@ from plans.reports import (
     runs_visible_to,
 )
 from plans.tools import get_registry
+from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.params import whole_number
 
 RUNS_PER_PAGE = 50

@@ -8,8 +8,8 @@ import pytest
 from django.db import transaction
 from django_tasks_db.backend import DatabaseBackend
 
-from plans.tasks import announce_enqueued
-from plans.worker import TASKS_CHANNEL, TaskNotifications, waker
+from plans.runtime.tasks import announce_enqueued
+from plans.runtime.worker import TASKS_CHANNEL, TaskNotifications, waker
 from tests.integration.conftest import postgres_settings
 from tests.integration.support import wait_until
 

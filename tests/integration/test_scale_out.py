@@ -24,7 +24,7 @@ from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from plans.audit import chain_problems
+from plans.guards.audit import chain_problems
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start

@@ -60,7 +60,7 @@ def test_a_worker_stopped_with_sigterm_hands_its_run_over_to_the_next(
         assert Run.objects.get(pk=run.pk).lease_expires_at <= stopped_at
         tasks = DBTaskResult.objects.order_by("enqueued_at")
         assert [t.status for t in tasks] == [TaskResultStatus.FAILED, TaskResultStatus.READY]
-        assert tasks[0].exception_class_path == "plans.sweeper.WorkerLost"
+        assert tasks[0].exception_class_path == "plans.runtime.sweeper.WorkerLost"
 
         processes("second", worker_args, env)
         wait_until(lambda: step.get().attempts == 2, timeout=30, what="the next worker")

@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.engine import json_type_name
 from plans.engine.parsing import JSONUnreadable, read_json
-from plans.execution import advance_run
 from plans.models import Approval, Run
+from plans.runtime.advance import advance_run
 from plans.services.approvals import approvals_decide, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, goal_clean, run_create, run_summary

@@ -15,11 +15,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from plans.leases import leases_hand_over, leases_held
-from plans.sweeper import start_sweeper_thread, sweep_once, task_abandon
-from plans.worker import RunWorker, gc_tune_for_serving, start_worker_threads, worker_id_prefix
+from plans.runtime.leases import leases_hand_over, leases_held
+from plans.runtime.sweeper import start_sweeper_thread, sweep_once, task_abandon
+from plans.runtime.worker import (
+    RunWorker,
+    gc_tune_for_serving,
+    start_worker_threads,
+    worker_id_prefix,
+)
 
-logger = logging.getLogger("plans.worker")
+logger = logging.getLogger("plans.runtime.worker")
 
 
 class Command(BaseCommand):

@@ -22,12 +22,12 @@ from django.db import connection, transaction
 from django.db.models import Max, Model
 from django.utils import timezone
 
-from plans.audit import GENESIS, event_hash
-from plans.bulk import insert_rows
 from plans.engine import args_sha256, canonical_json, idempotency_key, resolve
+from plans.guards.audit import GENESIS, event_hash
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
+from plans.runtime.bulk import insert_rows
 
 ITEMS = ["iPhone 16", "AirPods 4", "MacBook Air M4", "Pixel 10", "Galaxy S25", "iPad Air"]
 CITIES = ["Goa", "Mumbai", "Delhi", "Jaipur", "Kochi", "Chennai"]
@@ -386,7 +386,7 @@ def _one_run(
         events.append(("run_finished", {"status": status}, finished_at))
     prev_hash = GENESIS
     for seq, (kind, payload, at) in enumerate(events, start=1):
-        # The same hash chain plans.events writes, so manage.py verify_audit accepts seeded runs.
+        # The hash chain plans.runtime.events writes, so verify_audit accepts seeded runs.
         digest = event_hash(
             run_id=run_id,
             seq=seq,

@@ -43,8 +43,8 @@ class Command(BaseCommand):
         if not options["no_demo_users"]:
             self._ensure_demo_users()
 
-        from plans.sweeper import start_sweeper_thread
-        from plans.worker import gc_tune_for_serving, start_worker_threads
+        from plans.runtime.sweeper import start_sweeper_thread
+        from plans.runtime.worker import gc_tune_for_serving, start_worker_threads
 
         if options["workers"]:
             start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")

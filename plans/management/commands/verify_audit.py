@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from plans.audit import chain_problems
+from plans.guards.audit import chain_problems
 from plans.models import Run
 
 

@@ -9,8 +9,8 @@ from django.tasks.signals import task_enqueued
 from django_tasks_db.backend import DatabaseBackend
 from django_tasks_db.models import DBTaskResult
 
-from plans import execution
-from plans.worker import TASKS_CHANNEL, waker
+from plans.runtime import advance as execution
+from plans.runtime.worker import TASKS_CHANNEL, waker
 
 
 @task
@@ -23,7 +23,7 @@ def run_enqueue(run_id: int) -> None:
     transaction.on_commit(lambda: advance_run_task.enqueue(run_id))
 
 
-@receiver(task_enqueued, dispatch_uid="plans.tasks.announce_enqueued")
+@receiver(task_enqueued, dispatch_uid="plans.runtime.tasks.announce_enqueued")
 def announce_enqueued(sender: type, task_result: Any, **_: Any) -> None:
     """Wake workers when the enqueue commits: this process's directly, others' by NOTIFY."""
     if not issubclass(sender, DatabaseBackend):

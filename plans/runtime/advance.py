@@ -24,9 +24,6 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from plans.budgets import author_daily_problem, rate_limit_wait
-from plans.bulk import field_value, rows_where
-from plans.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.engine import (
     Budget,
     Outcome,
@@ -42,15 +39,19 @@ from plans.engine import (
     storable,
     unstorable_in,
 )
-from plans.events import LeaseLost, append_events, publish_text
-from plans.leases import Heartbeat, Lease, lease_acquire, lease_release
+from plans.guards.budgets import author_daily_problem, rate_limit_wait
+from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
+from plans.guards.redaction import redact
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Approval, Goal, ModelCall, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
-from plans.recorder import RunRecorder
-from plans.redaction import redact
+from plans.runtime.bulk import field_value, rows_where
+from plans.runtime.events import LeaseLost, append_events, publish_text
+from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
+from plans.runtime.recorder import RunRecorder
+from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.services.approvals import (
     Verdict,
     approval_gate,
@@ -65,7 +66,6 @@ from plans.services.plans import (
     plan_steps,
     plan_to_engine,
 )
-from plans.tool_threads import Call, ToolThreads, tool_threads
 from plans.tools import ToolError, ToolSpec, get_registry
 
 logger = logging.getLogger(__name__)

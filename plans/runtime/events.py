@@ -12,10 +12,10 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from plans.audit import GENESIS, event_hash
-from plans.bulk import JSONText, insert_rows, update_one_returning, update_rows
+from plans.guards.audit import GENESIS, event_hash
+from plans.guards.redaction import redacted_json
 from plans.models import Run, RunEvent
-from plans.redaction import redacted_json
+from plans.runtime.bulk import JSONText, insert_rows, update_one_returning, update_rows
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from plans.bulk import JSONText, insert_rows, update_rows
-from plans.events import append_events
-from plans.leases import Lease
+from plans.guards.redaction import redact, redacted_json
 from plans.models import Approval, ModelCall, Step, ToolCall
-from plans.redaction import redact, redacted_json
+from plans.runtime.bulk import JSONText, insert_rows, update_rows
+from plans.runtime.events import append_events
+from plans.runtime.leases import Lease
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 # Without a wake-up, a worker looks for work this often.
 IDLE_POLL_S = 1.0
-# The PostgreSQL channel an enqueue notifies (see plans.tasks.announce_enqueued).
+# The PostgreSQL channel an enqueue notifies (see plans.runtime.tasks.announce_enqueued).
 TASKS_CHANNEL = "agentsite_tasks"
 
 

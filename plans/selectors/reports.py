@@ -16,11 +16,11 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.audit import chain_problems
-from plans.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
-from plans.graphs import STATUS_COLOURS
+from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
+from plans.guards.audit import chain_problems
 from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.plan_diff import PlanDiff, plan_diff, reused_results
+from plans.ui.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
+from plans.ui.graphs import STATUS_COLOURS
 
 # --- who sees what ---------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 A lease is valid until its expiry. The holder extends it by heartbeat (every third of the lease)
 and with every batch it commits; every write is fenced on the token and the expiry (see
-plans.events.append_events), so a worker paused past its lease writes nothing more, even if no
-other worker has taken the run yet.
+plans.runtime.events.append_events), so a worker paused past its lease writes nothing more, even
+if no other worker has taken the run yet.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 
-from plans.bulk import field_value
 from plans.models import Run
+from plans.runtime.bulk import field_value
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.charts import shown_json, shown_text
-from plans.charts import visible_text as _visible
 from plans.models import Plan, Step
+from plans.ui.charts import shown_json, shown_text
+from plans.ui.charts import visible_text as _visible
 
 # Fill colours by step status: the graph, its legend, the timeline and the live page share them.
 STATUS_COLOURS: dict[str, str] = {
