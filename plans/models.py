@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
+
+from plans.engine import args_sha256
 
 
 class MillisecondsBetween(Func):
@@ -276,6 +280,14 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} {self.tool} for run {self.run_id}"
+
+    def authorises(self, *, tool: str, args: Mapping[str, Any]) -> bool:
+        """Approved, and bound to exactly this call: the last check before a destructive tool."""
+        return (
+            self.decision == self.Decision.APPROVED
+            and self.tool == tool
+            and self.args_sha256 == args_sha256(tool, args)
+        )
 
 
 class RunEvent(models.Model):

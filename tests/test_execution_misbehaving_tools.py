@@ -3,7 +3,8 @@
 import pytest
 
 from plans.models import Run, Step, ToolCall
-from plans.runtime.advance import TOOL_ERROR_MAX_CHARS, advance_run
+from plans.runtime.advance import advance_run
+from plans.runtime.steps import TOOL_ERROR_MAX_CHARS
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

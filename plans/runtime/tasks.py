@@ -9,13 +9,13 @@ from django.tasks.signals import task_enqueued
 from django_tasks_db.backend import DatabaseBackend
 from django_tasks_db.models import DBTaskResult
 
-from plans.runtime import advance as execution
+from plans.runtime.advance import advance_run
 from plans.runtime.worker import TASKS_CHANNEL, waker
 
 
 @task
 def advance_run_task(run_id: int) -> str:
-    return execution.advance_run(run_id)
+    return advance_run(run_id)
 
 
 def run_enqueue(run_id: int) -> None:

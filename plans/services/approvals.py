@@ -1,11 +1,12 @@
-"""Where approvals are decided: the gate the executor consults, and reviewers' decisions."""
+"""Where approvals are decided: reviewers' decisions on steps and plans, and expiry.
+
+The executor's side, the gate a destructive call must pass, is plans.runtime.gate.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -14,72 +15,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
-from plans.models import Approval, Plan, Run, Step
+from plans.models import Approval, Plan, Run
 from plans.runtime.events import INBOX_GROUP, append_events, group_send
+from plans.runtime.tasks import run_enqueue
 from plans.tools import get_registry
 
 
 class ApprovalRefused(Exception):
     """A decision that cannot be recorded; the message says why, and nothing was changed."""
-
-
-class Verdict(StrEnum):
-    MISSING = "missing"
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-
-
-@dataclass(frozen=True)
-class GateDecision:
-    verdict: Verdict
-    approval: Approval | None = None
-
-    @property
-    def call_args(self) -> dict[str, Any]:
-        """The arguments the reviewer approved (possibly edited), which the call must use."""
-        assert self.verdict is Verdict.APPROVED and self.approval is not None
-        return self.approval.args
-
-
-def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecision:
-    """May this destructive step run with exactly these arguments? Keyed on the call."""
-    latest = step.approvals.order_by("-requested_at", "-pk").first()
-    if latest is None or args_sha256(step.tool, latest.requested_args) != args_sha256(
-        step.tool, resolved_args
-    ):
-        # No decision was ever asked for these arguments; an old one does not carry over.
-        return GateDecision(Verdict.MISSING)
-    if latest.decision == Approval.Decision.PENDING:
-        return GateDecision(Verdict.PENDING, latest)
-    if latest.decision in (Approval.Decision.REJECTED, Approval.Decision.EXPIRED):
-        return GateDecision(Verdict.REJECTED, latest)
-    if latest.args_sha256 != args_sha256(step.tool, latest.args):
-        # The stored arguments no longer match what was approved: treat as never approved.
-        return GateDecision(Verdict.MISSING)
-    return GateDecision(Verdict.APPROVED, latest)
-
-
-def approval_is_valid_for_call(approval: Approval | None, *, tool: str, args: Mapping) -> bool:
-    """The last check before a destructive tool runs: an approval bound to these exact args."""
-    return (
-        approval is not None
-        and approval.decision == Approval.Decision.APPROVED
-        and approval.tool == tool
-        and approval.args_sha256 == args_sha256(tool, args)
-    )
-
-
-def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:
-    """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
-    return Approval(
-        run_id=run_id,
-        step=step,
-        tool=step.tool,
-        requested_args=resolved_args,
-        args=resolved_args,
-        args_sha256=args_sha256(step.tool, resolved_args),
-    )
 
 
 def approval_decide(
@@ -151,8 +94,6 @@ def approvals_decide(
             decided.append(locked)
         transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
         if resume:
-            from plans.runtime.tasks import run_enqueue
-
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
@@ -211,8 +152,6 @@ def plan_decide(
             ],
         )
         if resume:
-            from plans.runtime.tasks import run_enqueue
-
             run_enqueue(run.pk)
     return locked
 
@@ -253,8 +192,6 @@ def approvals_expire() -> list[int]:
                 [decided_event(approval, decided_by="ttl")],
             )
             if approval.run.status == Run.Status.AWAITING_APPROVAL:
-                from plans.runtime.tasks import run_enqueue
-
                 run_enqueue(approval.run_id)
             runs.add(approval.run_id)
     if stale:

@@ -12,6 +12,7 @@ from django.db import transaction
 from plans import engine
 from plans.models import Goal, Run
 from plans.runtime.events import append_events
+from plans.runtime.tasks import run_enqueue
 from plans.services.plans import plan_check, plan_current, plan_store
 
 GOAL_MAX_CHARS = 2000
@@ -83,7 +84,6 @@ def run_create(
 
 def run_start(run: Run) -> None:
     """Hand the run to a worker (after commit); the caller returns at once."""
-    from plans.runtime.tasks import run_enqueue
 
     run_enqueue(run.pk)
 

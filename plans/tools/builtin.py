@@ -15,7 +15,6 @@ import logging
 import math
 import re
 import smtplib
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,11 +25,12 @@ from typing import Annotated, Any, Literal
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail as django_send_mail
 from django.core.validators import validate_email
-from django.db import DatabaseError, OperationalError, transaction
+from django.db import OperationalError
 
 from plans.models import LedgerEntry
 from plans.tools.calculator import evaluate
 from plans.tools.errors import ToolError
+from plans.tools.ledger import once, reference_for
 from plans.tools.registry import tool
 from plans.tools.schema import Between
 
@@ -50,10 +50,6 @@ INR_PER_UNIT: dict[str, Decimal] = {
 
 # Results are floats, exact to the cent only below about 9e13, and the steepest rate is 117:1.
 MAX_CONVERTIBLE_AMOUNT = 10**11
-# How long a call waits for an earlier one with its key to finish delivering, checking every
-# CLAIM_POLL_S: less than send_email's time limit, so the waiting call can still answer.
-CLAIM_WAIT_S = 20.0
-CLAIM_POLL_S = 0.1
 MAX_NIGHTS = 30
 MAX_SEARCH_HITS = 10
 # In the schemas too, so a plan asking for a value outside them is invalid before it runs.
@@ -390,101 +386,7 @@ def search(query: str, limit: SearchHits = 3) -> list[dict]:
     ]
 
 
-# --- side effects, once per idempotency key ----------------------------------------------------
-
-
-def _reference(prefix: str, idempotency_key: str) -> str:
-    """The ledger reference for a key; the same key always gives the same reference."""
-    if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 64:
-        raise ValueError(f"idempotency_key must be 1-64 characters, got {idempotency_key!r}")
-    return f"{prefix}-{hashlib.sha256(idempotency_key.encode()).hexdigest()[:10].upper()}"
-
-
-def _once(
-    kind: str,
-    idempotency_key: str,
-    args: dict[str, Any],
-    result: dict[str, Any],
-    *,
-    check: Callable[[LedgerEntry], None] | None = None,
-    deliver: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """Record ``result`` and do the effect unless the key is known; else return its result.
-
-    The entry's details are the arguments (what the admin and the reports show) plus "result",
-    added only once the effect is done: an entry without it is a delivery not finished (yet).
-    """
-    # check (a database effect) commits with the entry: if it raises, nothing is recorded.
-    # get_or_create handles a concurrent insert: the loser finds the winner's entry.
-    with transaction.atomic():
-        entry, created = LedgerEntry.objects.get_or_create(
-            idempotency_key=idempotency_key,
-            defaults={
-                "kind": kind,
-                "details": args if deliver else {**args, "result": result},
-                "reference": result["reference"],
-            },
-        )
-        if created and check:
-            check(entry)
-    if not created:
-        _require_same_call(entry, kind, args)
-        finished = _finished(entry)
-        if finished is None:  # that delivery failed and let the key go: this call makes it
-            return _once(kind, idempotency_key, args, result, check=check, deliver=deliver)
-        return finished.details["result"]
-    if deliver:
-        # Outside any transaction: a hung mail server must not hold the database's write lock,
-        # and the claim committed above keeps a repeat call from delivering a second time.
-        try:
-            deliver()
-        except Exception:
-            # Most likely nothing went out, so a retry with the same key may deliver. (A mail
-            # server failing after it accepted the message would mean a second copy; nothing
-            # here can tell.)
-            entry.delete()
-            raise
-        try:
-            LedgerEntry.objects.filter(pk=entry.pk).update(details={**args, "result": result})
-        except DatabaseError:
-            # The effect happened, so failing the call would invite a repeat under a new key;
-            # the entry stays unfinished and a repeat with this key is refused.
-            logger.exception("%s %s was delivered but not marked done", kind, entry.reference)
-    return result
-
-
-def _require_same_call(entry: LedgerEntry, kind: str, args: dict[str, Any]) -> None:
-    if entry.kind != kind:
-        raise ToolError(
-            f"this idempotency key already belongs to {entry.kind} {entry.reference}, not to "
-            f"this {kind}"
-        )
-    recorded = {name: value for name, value in entry.details.items() if name != "result"}
-    if recorded != args:
-        raise ToolError(
-            f"this idempotency key was already used for a different {kind} ({entry.reference}); "
-            "a new action needs a new key"
-        )
-
-
-def _finished(entry: LedgerEntry) -> LedgerEntry | None:
-    """The entry once its delivery is done, or None if it failed and let its key go.
-
-    The executor asks again with the same key after a call timed out: the answer is what that
-    delivery did, so it is waited for (a while) rather than refused or repeated.
-    """
-    deadline = time.monotonic() + CLAIM_WAIT_S
-    while "result" not in entry.details:
-        if time.monotonic() >= deadline:
-            raise ToolError(
-                f"an earlier call with this key ({entry.kind} {entry.reference}) has not "
-                f"finished after {CLAIM_WAIT_S:g} s more; it may yet go out, so it is not repeated"
-            )
-        time.sleep(CLAIM_POLL_S)
-        entry = LedgerEntry.objects.filter(pk=entry.pk).first()
-        if entry is None:
-            return None
-    return entry
+# --- side effects, once per idempotency key (plans.tools.ledger) ---------------------------
 
 
 @tool(destructive=True, timeout_s=30, retryable=_EMAIL_RETRYABLE)
@@ -505,14 +407,14 @@ def send_email(to: str, subject: str, body: str, idempotency_key: str) -> dict:
     if "\n" in subject or "\r" in subject:
         raise ToolError("subject must be a single line")
     body = _text(body, "body", max_length=20_000)
-    reference = _reference("EM", idempotency_key)
+    reference = reference_for("EM", idempotency_key)
     result = {"status": "sent", "reference": reference, "to": to}
 
     def deliver() -> None:
         django_send_mail(subject, body, None, [to], fail_silently=False)
 
     args = {"to": to, "subject": subject, "body": body}
-    return _once("email", idempotency_key, args, result, deliver=deliver)
+    return once("email", idempotency_key, args, result, deliver=deliver)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -528,7 +430,7 @@ def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key
     order = _order(order_id)
     amount_inr = _positive(amount_inr, "amount_inr")
     reason = _text(reason, "reason", max_length=500)
-    reference = _reference("RF", idempotency_key)
+    reference = reference_for("RF", idempotency_key)
     result = {
         "status": "refunded",
         "reference": reference,
@@ -548,7 +450,7 @@ def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key
             )
 
     args = {"order_id": order["id"], "amount_inr": amount_inr, "reason": reason}
-    return _once("refund", idempotency_key, args, result, check=check_total)
+    return once("refund", idempotency_key, args, result, check=check_total)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -586,8 +488,8 @@ def book_flight(
         "passenger": passenger,
         "price_inr": price_inr,
     }
-    result = {"status": "booked", "reference": _reference("FL", idempotency_key), **args}
-    return _once("flight", idempotency_key, args, result)
+    result = {"status": "booked", "reference": reference_for("FL", idempotency_key), **args}
+    return once("flight", idempotency_key, args, result)
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -621,5 +523,5 @@ def book_hotel(
         "guest": guest,
         "price_inr": price_inr,
     }
-    result = {"status": "booked", "reference": _reference("HT", idempotency_key), **args}
-    return _once("hotel", idempotency_key, args, result)
+    result = {"status": "booked", "reference": reference_for("HT", idempotency_key), **args}
+    return once("hotel", idempotency_key, args, result)

@@ -10,7 +10,7 @@ from django.db import OperationalError, connection, connections
 from django.db.models import QuerySet
 
 from plans.models import LedgerEntry
-from plans.tools import ToolError, get_registry
+from plans.tools import ToolError, get_registry, ledger
 from plans.tools import builtin as builtin_tools
 from plans.tools.builtin import (
     book_flight,
@@ -286,7 +286,7 @@ def test_a_repeat_while_the_first_email_is_being_delivered_waits_for_its_outcome
     def deliver_slowly(*args, **kwargs):
         sent.append(args)
         repeat.start()
-        time.sleep(3 * builtin_tools.CLAIM_POLL_S)  # the repeat finds the claim unfinished
+        time.sleep(3 * ledger.CLAIM_POLL_S)  # the repeat finds the claim unfinished
 
     monkeypatch.setattr(builtin_tools, "django_send_mail", deliver_slowly)
     first = email()
@@ -304,7 +304,7 @@ def test_a_repeat_delivers_when_the_first_delivery_it_waited_for_failed(monkeypa
     def fail_slowly(*args, **kwargs):
         monkeypatch.setattr(builtin_tools, "django_send_mail", lambda *a, **k: sent.append(a))
         repeat.start()
-        time.sleep(3 * builtin_tools.CLAIM_POLL_S)
+        time.sleep(3 * ledger.CLAIM_POLL_S)
         raise smtplib.SMTPServerDisconnected("connection dropped")
 
     monkeypatch.setattr(builtin_tools, "django_send_mail", fail_slowly)
@@ -319,7 +319,7 @@ def test_a_repeat_delivers_when_the_first_delivery_it_waited_for_failed(monkeypa
 
 @pytest.mark.django_db(transaction=True)
 def test_a_repeat_gives_up_waiting_for_a_delivery_that_never_ends(monkeypatch):
-    monkeypatch.setattr(builtin_tools, "CLAIM_WAIT_S", 0.3)
+    monkeypatch.setattr(ledger, "CLAIM_WAIT_S", 0.3)
     refusals = []
 
     def hang_while_repeated(*args, **kwargs):
@@ -347,7 +347,7 @@ def test_an_email_sent_but_not_marked_done_is_reported_sent_and_never_repeated(m
 
     assert first["status"] == "sent"
     assert f"email {first['reference']} was delivered but not marked done" in caplog.text
-    monkeypatch.setattr(builtin_tools, "CLAIM_WAIT_S", 0.2)
+    monkeypatch.setattr(ledger, "CLAIM_WAIT_S", 0.2)
     with pytest.raises(ToolError, match=r"has not finished after 0\.2 s more"):
         email()
     assert len(mail.outbox) == 1

@@ -1,0 +1,70 @@
+"""The approval gate: may a destructive step run with exactly these arguments?
+
+The executor consults it before it calls a destructive tool, and the tool thread checks the
+approval once more right before the call. Reviewers' decisions are recorded by
+plans.services.approvals; this module only reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from plans.engine import args_sha256
+from plans.models import Approval, Step
+
+
+class Verdict(StrEnum):
+    MISSING = "missing"
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    verdict: Verdict
+    approval: Approval | None = None
+
+    @property
+    def call_args(self) -> dict[str, Any]:
+        """The arguments the reviewer approved (possibly edited), which the call must use."""
+        assert self.verdict is Verdict.APPROVED and self.approval is not None
+        return self.approval.args
+
+
+def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecision:
+    """May this destructive step run with exactly these arguments? Keyed on the call."""
+    latest = step.approvals.order_by("-requested_at", "-pk").first()
+    if latest is None or args_sha256(step.tool, latest.requested_args) != args_sha256(
+        step.tool, resolved_args
+    ):
+        # No decision was ever asked for these arguments; an old one does not carry over.
+        return GateDecision(Verdict.MISSING)
+    if latest.decision == Approval.Decision.PENDING:
+        return GateDecision(Verdict.PENDING, latest)
+    if latest.decision in (Approval.Decision.REJECTED, Approval.Decision.EXPIRED):
+        return GateDecision(Verdict.REJECTED, latest)
+    if latest.args_sha256 != args_sha256(step.tool, latest.args):
+        # The stored arguments no longer match what was approved: treat as never approved.
+        return GateDecision(Verdict.MISSING)
+    return GateDecision(Verdict.APPROVED, latest)
+
+
+def approval_is_valid_for_call(approval: Approval | None, *, tool: str, args: Mapping) -> bool:
+    """The last check before a destructive tool runs: an approval bound to these exact args."""
+    return approval is not None and approval.authorises(tool=tool, args=args)
+
+
+def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:
+    """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
+    return Approval(
+        run_id=run_id,
+        step=step,
+        tool=step.tool,
+        requested_args=resolved_args,
+        args=resolved_args,
+        args_sha256=args_sha256(step.tool, resolved_args),
+    )
