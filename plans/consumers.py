@@ -20,10 +20,10 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
 
-from plans.models import Run, RunEvent
-from plans.roles import may_see_run
+from plans.models import RunEvent
 from plans.runtime.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
-from plans.views.approvals import pending_approvals_count
+from plans.selectors.approvals import pending_approvals_count
+from plans.selectors.runs import run_visible_get
 from plans.views.goals import answer_delta_fragment, live_fragment
 from plans.views.params import MAX_ID, whole_number
 
@@ -229,8 +229,7 @@ def session_signs_in(session_key: str | None, user: Any) -> bool:
 
 
 def _may_see_run(user: Any, run_id: int) -> bool:
-    run = Run.objects.select_related("goal").filter(pk=run_id).first()
-    return run is not None and may_see_run(user, run)
+    return run_visible_get(user=user, run_id=run_id) is not None
 
 
 def _events_after(run_id: int, after: int) -> list[dict[str, Any]]:

@@ -28,10 +28,3 @@ def may_submit_goals(user) -> bool:
     return user.is_authenticated and (
         user.has_perm("plans.add_goal") or user.groups.filter(name="authors").exists()
     )
-
-
-def may_see_run(user, run) -> bool:
-    """A run is visible to its goal's author and to anyone with plans.view_all_runs."""
-    return user.is_authenticated and (
-        run.goal.author_id == user.pk or user.has_perm("plans.view_all_runs")
-    )

@@ -2,7 +2,7 @@
 
 from django.http import HttpRequest
 
-from plans.views.approvals import pending_approvals_count
+from plans.selectors.approvals import pending_approvals_count
 
 
 def pending_approvals(request: HttpRequest) -> dict[str, object]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
-from plans.roles import may_see_run
+from plans.selectors.approvals import approvals_waiting, pending_approvals_count
+from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
 from plans.views.params import whole_number
@@ -45,26 +46,6 @@ class DecisionGroup:
     @property
     def pending(self) -> list[ApprovalCard]:
         return [c for c in self.cards if c.approval.decision == Approval.Decision.PENDING]
-
-
-def approvals_waiting(user) -> QuerySet[Approval]:
-    """Undecided approvals of live runs the user may see, newest first."""
-    waiting = (
-        Approval.objects.filter(decision=Approval.Decision.PENDING)
-        .exclude(run__status__in=Run.TERMINAL)
-        .select_related("run__goal__author", "step", "reviewer")
-        .order_by("-requested_at", "-pk")
-    )
-    if user.has_perm("plans.decide_approval") or user.has_perm("plans.view_all_runs"):
-        return waiting
-    return waiting.filter(run__goal__author=user)
-
-
-def pending_approvals_count(user) -> int:
-    """What the nav badge shows: approvals a reviewer could act on (0 for everyone else)."""
-    if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
-        return 0
-    return approvals_waiting(user).count()
 
 
 @require_GET
@@ -255,11 +236,7 @@ def _group_after_decision(
     drafts: dict[int, str],
 ) -> DecisionGroup | None:
     """The group re-read after a decision: what was just decided plus what in it still waits."""
-    run = Run.objects.select_related("goal").filter(pk=run_id).first()
-    may_look = request.user.has_perm("plans.decide_approval") or (
-        run is not None and may_see_run(request.user, run)
-    )
-    if not may_look:
+    if run_visible_get(user=request.user, run_id=run_id) is None:
         return None  # someone who may not see the run gets the message, not its arguments
     approvals = (
         Approval.objects.filter(run_id=run_id, step__round=round_no)

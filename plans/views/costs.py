@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from plans.guards.circuits import circuit_states
-from plans.selectors.reports import COST_WINDOWS, DEFAULT_COST_WINDOW, cost_report
+from plans.selectors.costs import COST_WINDOWS, DEFAULT_COST_WINDOW, cost_report
 from plans.views.params import whole_number
 
 # The report scans a month of calls (about 1.5 s at 100,000 runs on SQLite); a minute-old

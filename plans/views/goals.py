@@ -18,14 +18,14 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Plan, Run, RunEvent, Step
-from plans.roles import may_see_run, may_submit_goals
+from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
 from plans.services.approvals import ApprovalRefused, plan_decide
 from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.approvals import refusal_status
-from plans.views.params import whole_number
+from plans.views.params import visible_run_or_404, whole_number
 
 RECENT_RUNS = 10
 NOT_AN_AUTHOR = (
@@ -78,14 +78,14 @@ def new_goal(request: HttpRequest) -> HttpResponse:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     """The plan to review and the run as it happens (the page then follows a websocket)."""
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     return render(request, "plans/run_detail.html", run_page_context(run))
 
 
 @require_GET
 def step_detail(request: HttpRequest, run_id: int, step_id: int) -> HttpResponse:
     """One step in full: arguments, inputs, result, approvals, attempts (side panel or page)."""
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     plan = plan_shown(run)
     if plan is None:
         raise Http404("This run has no plan yet.")
@@ -98,7 +98,7 @@ def step_detail(request: HttpRequest, run_id: int, step_id: int) -> HttpResponse
 @require_POST
 def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """Stop a run (anyone who may see it may stop it): nothing new starts; in-flight steps end."""
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     run = run_cancel(run=run, user=request.user)
     if request.htmx:
         return render(request, "plans/run_detail.html#run_header", {"run": run})
@@ -108,7 +108,7 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """A reviewer approves or rejects the whole plan (the plan-approval policy)."""
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     plan = plan_current(run)
     if plan is None:
         raise Http404("This run has no plan to decide on.")
@@ -131,7 +131,7 @@ def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_GET
 def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     """The updates for every event after ?after=N, as the websocket would push them."""
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     after = whole_number(request.GET.get("after", "0"))
     if after is None:
         return HttpResponse("after must be a whole number", status=400)
@@ -246,11 +246,3 @@ def step_panel_context(step: Step) -> dict[str, Any]:
 def timeline_entry(event: dict[str, Any]) -> dict[str, Any]:
     at = event["at"]
     return {**event, "at": datetime.fromisoformat(at) if isinstance(at, str) else at}
-
-
-def _visible_run(request: HttpRequest, run_id: int) -> Run:
-    run = get_object_or_404(Run.objects.select_related("goal__author"), pk=run_id)
-    if not may_see_run(request.user, run):
-        # Not found rather than forbidden: whether a run exists is itself not shown.
-        raise Http404("No such run.")
-    return run

@@ -13,24 +13,17 @@ from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
-from plans.selectors.reports import (
-    DEFAULT_RUN_SORT,
-    RUN_SORTS,
-    RunFilters,
-    run_audit_get,
-    run_export_data,
-    runs_matching,
-    runs_visible_to,
-)
+from plans.selectors.audit import run_audit_get, run_export_data
+from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
-from plans.views.params import whole_number
+from plans.views.params import visible_run_or_404, whole_number
 
 RUNS_PER_PAGE = 50
 RUNS_TABLE_ID = "runs-table"
@@ -126,15 +119,10 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
     return columns
 
 
-def _visible_run(request: HttpRequest, run_id: int) -> Run:
-    # Someone else's run is a 404, exactly like a missing one: existence is not disclosed.
-    return get_object_or_404(runs_visible_to(request.user), pk=run_id)
-
-
 @login_required
 @require_GET
 def run_audit(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     audit = run_audit_get(run=run)
     return render(
         request,
@@ -160,7 +148,7 @@ class _ExportEncoder(DjangoJSONEncoder):
 @login_required
 @require_GET
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
     # Same JSON, but no byte of it can open a tag even if a browser were to sniff it as HTML.
     text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
@@ -175,7 +163,7 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def run_graph_svg(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _visible_run(request, run_id)
+    run = visible_run_or_404(request, run_id)
     plans = run.plans.order_by("-version")
     version = request.GET.get("version", "")
     if version:

@@ -1,0 +1,28 @@
+"""Approvals waiting for a decision, as the inbox and the nav badge show them."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from plans.models import Approval, Run
+from plans.selectors.runs import run_visibility
+
+
+def approvals_waiting(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Approval]:
+    """Undecided approvals of live runs the user may see, newest first."""
+    rule = run_visibility(user, through="run__")
+    waiting = (
+        Approval.objects.filter(decision=Approval.Decision.PENDING)
+        .exclude(run__status__in=Run.TERMINAL)
+        .select_related("run__goal__author", "step", "reviewer")
+        .order_by("-requested_at", "-pk")
+    )
+    return waiting.none() if rule is None else waiting.filter(rule)
+
+
+def pending_approvals_count(user: AbstractBaseUser | AnonymousUser) -> int:
+    """What the nav badge shows: approvals a reviewer could act on (0 for everyone else)."""
+    if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
+        return 0
+    return approvals_waiting(user).count()
