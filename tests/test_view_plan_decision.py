@@ -3,6 +3,7 @@
 import pytest
 
 from plans.models import Goal, Run, ToolCall
+from plans.services.plans import plan_current
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,3 +83,12 @@ def test_someone_who_may_not_decide_is_refused_as_forbidden(client, held_run, au
     assert response.status_code == 403
     assert "permission" in response.content.decode()
     assert Run.objects.get(pk=held_run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
+
+
+def test_a_post_without_a_verdict_is_refused_and_decides_nothing(client, reviewer, held_run):
+    client.force_login(reviewer)
+
+    response = client.post(f"/runs/{held_run.pk}/plan/decide/", {"decision": "maybe"})
+
+    assert response.status_code == 400
+    assert plan_current(held_run).decision == ""

@@ -139,8 +139,8 @@ def _strongly_connected_components(graph: Mapping[int, list[int]]) -> list[set[i
                 visited.add(target)
                 stack.append((target, iter(graph[target])))
     reverse: dict[int, list[int]] = {node: [] for node in graph}
-    for node, targets in graph.items():
-        for target in targets:
+    for node, successors in graph.items():
+        for target in successors:
             reverse[target].append(node)
     components = []
     assigned: set[int] = set()

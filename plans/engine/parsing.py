@@ -157,9 +157,9 @@ def _single_embedded_object(text: str, start: int, end: int) -> dict[str, Any]:
     if not errors:
         # No brace looked like an object's start; the first one says best what is wrong.
         brace = text.find("{", start, end)
-        decoded = _decode_at(text, brace) if brace != -1 else None
-        if isinstance(decoded, JSONUnreadable):
-            errors.append(decoded)
+        first = _decode_at(text, brace) if brace != -1 else None
+        if isinstance(first, JSONUnreadable):
+            errors.append(first)
     if errors:
         raise PlanParseError(_describe(errors[0]))
     raise PlanParseError("planner output has no JSON object")

@@ -27,9 +27,9 @@ from plans.guards.redaction import redact
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
-from plans.models import Goal, ModelCall, Run, Step
+from plans.models import ModelCall, Run, Step
 from plans.models import Plan as PlanRow
-from plans.runtime.bulk import field_value, rows_where
+from plans.runtime.bulk import field_value
 from plans.runtime.events import LeaseLost, append_events, publish_text
 from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.runtime.recorder import RunRecorder
@@ -102,8 +102,7 @@ def _end_after_crash(lease: Lease, error: Exception) -> str:
 
 class RunAdvancer:
     def __init__(self, run_id: int, lease: Lease) -> None:
-        (self.run,) = rows_where(Run, id=run_id)
-        (self.run.goal,) = rows_where(Goal, id=self.run.goal_id)
+        self.run = Run.objects.select_related("goal").get(pk=run_id)
         self.lease = lease
         self.recorder = RunRecorder(lease)
         self.registry = get_registry()
@@ -298,7 +297,8 @@ class RunAdvancer:
         try:
             prices = prices_for(request.model)
         except ValueError as exc:  # a model missing from the price table is never called
-            return self._fail(f"model call for {request.purpose} not made: {exc}")
+            self._fail(f"model call for {request.purpose} not made: {exc}")
+            return None
         estimate = estimate_cost_usd(request, prices)
         problem = budget_problem(
             budget=Budget(usd=run.budget_usd, tokens=run.budget_tokens),
@@ -316,7 +316,8 @@ class RunAdvancer:
         limited = rate_limit_wait()
         if limited:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
-            return self._fail(f"model call for {request.purpose} not made: {limited}")
+            self._fail(f"model call for {request.purpose} not made: {limited}")
+            return None
         started = time.perf_counter()
         billed = None
         try:
@@ -336,7 +337,8 @@ class RunAdvancer:
         self._record_model_call(
             request, None, prices, latency_ms=latency, error=message, billed=billed
         )
-        return self._fail(f"model call for {request.purpose} failed: {message}")
+        self._fail(f"model call for {request.purpose} failed: {message}")
+        return None
 
     def _fail(self, error: str) -> None:
         """End the run as failed, saying why."""

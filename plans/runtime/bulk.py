@@ -71,12 +71,10 @@ def update_rows(
         cursor.executemany(sql, params)
 
 
-def rows_where[M: Model](
-    model: type[M], *, order_by: str = "", limit: int | None = None, **equals: Any
-) -> list[M]:
+def rows_where[M: Model](model: type[M], *, order_by: str = "", **equals: Any) -> list[M]:
     """Instances whose fields equal the given values (order_by: a field, "-" for descending)."""
     connection = connections[router.db_for_read(model)]
-    sql = _select_statement(connection.alias, model, tuple(equals), order_by, limit)
+    sql = _select_statement(connection.alias, model, tuple(equals), order_by)
     with connection.cursor() as cursor:
         cursor.execute(sql, _prepared(connection, model, equals))
         rows = cursor.fetchall()
@@ -137,24 +135,20 @@ def update_one_returning(
 def _field_statement(alias: str, model: type[Model], name: str) -> str:
     meta = model._meta
     quote = connections[alias].ops.quote_name
-    table, pk = quote(meta.db_table), quote(meta.pk.column)
-    return f"SELECT {_column(meta, quote, name)} FROM {table} WHERE {pk} = %s"  # noqa: S608
+    table, pk = quote(meta.db_table), column_sql(meta, quote, meta.pk.name)
+    return f"SELECT {column_sql(meta, quote, name)} FROM {table} WHERE {pk} = %s"  # noqa: S608
 
 
 @functools.cache
-def _select_statement(
-    alias: str, model: type[Model], names: tuple[str, ...], order_by: str, limit: int | None
-) -> str:
+def _select_statement(alias: str, model: type[Model], names: tuple[str, ...], order_by: str) -> str:
     meta = model._meta
     quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(field.column) for field in meta.concrete_fields)
-    conditions = " AND ".join(f"{_column(meta, quote, name)} = %s" for name in names)
+    columns = ", ".join(column_sql(meta, quote, field.name) for field in meta.concrete_fields)
+    conditions = " AND ".join(f"{column_sql(meta, quote, name)} = %s" for name in names)
     sql = f"SELECT {columns} FROM {quote(meta.db_table)} WHERE {conditions}"  # noqa: S608
     if order_by:
         direction = " DESC" if order_by.startswith("-") else ""
-        sql += f" ORDER BY {_column(meta, quote, order_by.lstrip('-'))}{direction}"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
+        sql += f" ORDER BY {column_sql(meta, quote, order_by.lstrip('-'))}{direction}"
     return sql
 
 
@@ -180,7 +174,8 @@ def _attnames(model: type[Model]) -> tuple[str, ...]:
     return tuple(field.attname for field in model._meta.concrete_fields)
 
 
-def _column(meta: Any, quote: Callable[[str], str], name: str) -> str:
+def column_sql(meta: Any, quote: Callable[[str], str], name: str) -> str:
+    """The quoted column of a model's field, for statements built from model metadata."""
     return quote(meta.get_field(name).column)
 
 
@@ -197,10 +192,10 @@ def _update_returning_statement(
     meta = model._meta
     quote = connections[alias].ops.quote_name
 
-    column = functools.partial(_column, meta, quote)
+    column = functools.partial(column_sql, meta, quote)
     assignments = [f"{column(n)} = {column(n)} + %s" for n in increments]
     assignments += [f"{column(n)} = %s" for n in values]
-    conditions = [f"{quote(meta.pk.column)} = %s"]
+    conditions = [f"{column_sql(meta, quote, meta.pk.name)} = %s"]
     conditions += [f"{column(n)} = %s" for n in where]
     conditions += [f"{column(n)} > %s" for n in where_after]
     # Identifiers come from model metadata; every value is a parameter.
@@ -228,7 +223,7 @@ def _insert_statement(
     meta = model._meta
     quote = connection.ops.quote_name
     names = [_field_name(meta, attname) for attname in attnames]
-    columns = ", ".join(_column(meta, quote, name) for name in names)
+    columns = ", ".join(column_sql(meta, quote, name) for name in names)
     placeholders = ", ".join(["%s"] * len(names))
     sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
     return sql, [_preparer(model, name) for name in names]
@@ -241,8 +236,8 @@ def _update_statement(
     connection = connections[alias]
     meta = model._meta
     quote = connection.ops.quote_name
-    assignments = ", ".join(f"{_column(meta, quote, name)} = %s" for name in names)
-    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    assignments = ", ".join(f"{column_sql(meta, quote, name)} = %s" for name in names)
+    table, pk = quote(meta.db_table), column_sql(meta, quote, meta.pk.name)
     sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
     return sql, [_preparer(model, name) for name in names]
 
@@ -251,6 +246,7 @@ def _update_statement(
 def _preparer(model: type[Model], name: str) -> Prepare:
     """The function turning a Python value into the driver's value for this field."""
     field = model._meta.get_field(name)
+    assert isinstance(field, models.Field), f"{name} is not a concrete field"
     if isinstance(field, models.ForeignKey):
         field = field.target_field
     prepare = field.get_db_prep_save

@@ -23,7 +23,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from plans.models import Run
-from plans.runtime.bulk import field_value
+from plans.runtime.bulk import column_sql
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +81,14 @@ def _take_if_free_sql(alias: str) -> str:
     """params: token, expiry, run id, each terminal status, now."""
     quote = connections[alias].ops.quote_name
     meta = Run._meta
-    token_col, expiry_col, status_col = (
-        quote(meta.get_field(name).column) for name in ("lease_token", "lease_expires_at", "status")
+    token_col, expiry_col, status_col, pk_col = (
+        column_sql(meta, quote, name)
+        for name in ("lease_token", "lease_expires_at", "status", "id")
     )
     terminal = ", ".join(["%s"] * len(Run.TERMINAL))
     return (
         f"UPDATE {quote(meta.db_table)} SET {token_col} = %s, {expiry_col} = %s "  # noqa: S608
-        f"WHERE {quote(meta.pk.column)} = %s AND {status_col} NOT IN ({terminal}) "
+        f"WHERE {pk_col} = %s AND {status_col} NOT IN ({terminal}) "
         f"AND ({token_col} IS NULL OR {expiry_col} < %s)"
     )
 
@@ -102,7 +103,10 @@ def lease_renew(lease: Lease) -> bool:
         lease.lost.set()
         # No token at all: the run's own last commit let the lease go (finished or parked)
         # a moment before its advancer marked it released; nothing went wrong.
-        if not lease.released and field_value(Run, lease.run_id, "lease_token") is not None:
+        if (
+            not lease.released
+            and Run.objects.filter(pk=lease.run_id, lease_token__isnull=False).exists()
+        ):
             logger.warning("run %s: lease %s expired or was taken over", lease.run_id, lease.token)
     return renewed == 1
 

@@ -232,8 +232,8 @@ class _Writer:
             _, self.cancel_requested = append_events(
                 lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
             )
-            for fields, rows in _by_fields(batch.steps).items():
-                update_rows(Step, rows, fields)
+            for names, rows in _by_fields(batch.steps).items():
+                update_rows(Step, rows, names)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
             insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from plans.models import Approval, Run
 from plans.selectors.runs import run_visibility
 
 
-def approvals_waiting(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Approval]:
+def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
     """Undecided approvals of live runs the user may see, newest first."""
     rule = run_visibility(user, through="run__")
     waiting = (
@@ -21,7 +21,7 @@ def approvals_waiting(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Approv
     return waiting.none() if rule is None else waiting.filter(rule)
 
 
-def pending_approvals_count(user: AbstractBaseUser | AnonymousUser) -> int:
+def pending_approvals_count(user: User | AnonymousUser) -> int:
     """What the nav badge shows: approvals a reviewer could act on (0 for everyone else)."""
     if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
         return 0

@@ -78,7 +78,8 @@ def _compare_versions(records: RunRecords) -> None:
     by_pk = {version.plan.pk: version for version in records.versions}
     reused = reused_results(records.events)
     for previous, version in zip(records.versions, records.versions[1:], strict=False):
-        base = by_pk.get(version.plan.parent_id, previous)
+        parent = version.plan.parent_id
+        base = by_pk.get(parent, previous) if parent is not None else previous
         version.diff = PlanDiff(
             old_version=base.plan.version,
             new_version=version.plan.version,
@@ -91,22 +92,22 @@ def _compare_versions(records: RunRecords) -> None:
 def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
     """One span per started step, from the run's start, grouped by (plan version and) round."""
     started = [
-        (version.plan.version, step)
+        (version.plan.version, step, step.started_at)
         for version in records.versions
         for step in version.steps
         if step.started_at
     ]
     if not started:
         return []
-    origin = min([step.started_at for _, step in started] + [records.run.started_at or now])
-    several_versions = len({number for number, _ in started}) > 1
+    origin = min([at for _, _, at in started] + [records.run.started_at or now])
+    several_versions = len({number for number, _, _ in started}) > 1
     ongoing_until = records.run.finished_at or now
     spans = []
-    for number, step in sorted(
-        started, key=lambda item: (item[0], item[1].round, item[1].started_at)
+    for number, step, started_at in sorted(
+        started, key=lambda item: (item[0], item[1].round, item[2])
     ):
         end = step.finished_at or ongoing_until
-        seconds = (end - step.started_at).total_seconds()
+        seconds = (end - started_at).total_seconds()
         group = (
             f"Plan v{number} · round {step.round}" if several_versions else f"Round {step.round}"
         )
@@ -114,7 +115,7 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
             Span(
                 group=group,
                 label=f"{step.step_id} · {step.tool}",
-                start=(step.started_at - origin).total_seconds(),
+                start=(started_at - origin).total_seconds(),
                 end=(end - origin).total_seconds(),
                 fill=STATUS_COLOURS.get(step.status, STATUS_COLOURS["pending"]),
                 title=f"step {step.step_id} · {step.tool}: {step.status}, {seconds:.3f} s",
@@ -170,7 +171,9 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
         "plans": [
             {
                 "version": version.plan.version,
-                "parent_version": version_of.get(version.plan.parent_id),
+                "parent_version": (
+                    version_of.get(version.plan.parent_id) if version.plan.parent_id else None
+                ),
                 "source": version.plan.source,
                 "is_valid": version.plan.is_valid,
                 "problems": version.plan.problems,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -70,8 +71,8 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
     since = start_of_day(first_day)
 
     calls = ModelCall.objects.filter(created_at__gte=since)
-    per_day = {
-        row["day"]: row
+    per_day: dict[date, dict[str, Any]] = {
+        row["day"]: dict(row)
         for row in calls.annotate(day=TruncDate("created_at"))
         .values("day")
         .annotate(cost=Sum("cost_usd"), calls=Count("id"))
@@ -87,7 +88,7 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
     total = sum((row["cost"] for row in daily), Decimal(0))
     call_count = sum(row["calls"] for row in daily)
 
-    by_model = list(
+    by_model = _rows(
         calls.values("model")
         .annotate(
             calls=Count("id"),
@@ -99,7 +100,7 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         )
         .order_by("-cost", "model")
     )
-    by_author = list(
+    by_author = _rows(
         calls.values(author=F("run__goal__author__username"))
         .annotate(calls=Count("id"), runs=Count("run", distinct=True), cost=Sum("cost_usd"))
         .order_by("-cost", "author")
@@ -108,7 +109,7 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         row["share"] = float(row["cost"] / total) if total else 0.0
 
     tool_calls = ToolCall.objects.filter(started_at__gte=since)
-    by_tool = list(
+    by_tool = _rows(
         tool_calls.values("tool")
         .annotate(
             calls=Count("id"),
@@ -198,3 +199,8 @@ def _tokens_per_completed_run(runs: QuerySet[Run]) -> TokenStats:
         p50=percentile(0.50),
         p95=percentile(0.95),
     )
+
+
+def _rows(values: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A values() query's rows as plain dicts, to which the report adds computed columns."""
+    return [dict(row) for row in values]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
@@ -17,7 +17,7 @@ from plans.models import Run
 # --- who sees what: the one rule ---------------------------------------------------------
 
 
-def run_visibility(user: AbstractBaseUser | AnonymousUser, *, through: str = "") -> Q | None:
+def run_visibility(user: User | AnonymousUser, *, through: str = "") -> Q | None:
     """Who may see a run, as a filter on runs (or on rows reaching a run ``through`` a path).
 
     A run is visible to its goal's author, to operators and reviewers (plans.view_all_runs),
@@ -30,14 +30,14 @@ def run_visibility(user: AbstractBaseUser | AnonymousUser, *, through: str = "")
     return Q(**{f"{through}goal__author": user})
 
 
-def runs_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
+def runs_visible_to(user: User | AnonymousUser) -> QuerySet[Run]:
     """The runs the user may see, goal and author joined."""
     rule = run_visibility(user)
     runs = Run.objects.select_related("goal__author")
     return runs.none() if rule is None else runs.filter(rule)
 
 
-def run_visible_get(*, user: AbstractBaseUser | AnonymousUser, run_id: int) -> Run | None:
+def run_visible_get(*, user: User | AnonymousUser, run_id: int) -> Run | None:
     """The run, if it exists and the user may see it (whether it exists is not told apart)."""
     return runs_visible_to(user).filter(pk=run_id).first()
 
@@ -70,9 +70,7 @@ class RunFilters:
     sort: str = DEFAULT_RUN_SORT
 
 
-def runs_matching(
-    *, viewer: AbstractBaseUser | AnonymousUser, filters: RunFilters
-) -> QuerySet[Run]:
+def runs_matching(*, viewer: User | AnonymousUser, filters: RunFilters) -> QuerySet[Run]:
     """The viewer's runs narrowed by the filters, in the requested order, goal and author joined."""
     runs = runs_visible_to(viewer)
     if filters.status:

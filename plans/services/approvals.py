@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,7 +28,7 @@ class ApprovalRefused(Exception):
 def approval_decide(
     *,
     approval: Approval,
-    reviewer: AbstractBaseUser | None,
+    reviewer: User | None,
     approve: bool,
     reason: str = "",
     edited_args: Mapping[str, Any] | None = None,
@@ -50,7 +50,7 @@ def approval_decide(
 def approvals_decide(
     *,
     approvals: list[Approval],
-    reviewer: AbstractBaseUser | None,
+    reviewer: User | None,
     approve: bool,
     reason: str = "",
     edited_args: Mapping[int, Mapping[str, Any]] | None = None,
@@ -102,7 +102,7 @@ def approvals_decide(
 def plan_decide(
     *,
     plan: Plan,
-    reviewer: AbstractBaseUser | None,
+    reviewer: User | None,
     approve: bool,
     reason: str = "",
     via: str = "web",
@@ -222,16 +222,14 @@ def decided_event(approval: Approval, *, decided_by: str) -> tuple[str, dict[str
     )
 
 
-def _check_reviewer_may_decide(reviewer: AbstractBaseUser | None) -> None:
+def _check_reviewer_may_decide(reviewer: User | None) -> None:
     if reviewer is None or not reviewer.is_authenticated:
         raise ApprovalRefused("You must be signed in to decide approvals.")
     if not reviewer.has_perm("plans.decide_approval"):
         raise ApprovalRefused("You do not have permission to approve or reject destructive steps.")
 
 
-def _check_decision_allowed(
-    approval: Approval, reviewer: AbstractBaseUser | None, via: str
-) -> None:
+def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str) -> None:
     if approval.decision != Approval.Decision.PENDING:
         who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
         raise ApprovalRefused(

@@ -22,8 +22,7 @@ from plans.tools import get_registry, tool_catalog_for_prompt
 
 def plan_current(run: Run) -> Plan | None:
     """The run's latest valid plan version, if any."""
-    plans = rows_where(Plan, run=run.pk, is_valid=True, order_by="-version", limit=1)
-    return plans[0] if plans else None
+    return Plan.objects.filter(run=run.pk, is_valid=True).order_by("-version").first()
 
 
 def plan_steps(plan: Plan) -> dict[int, Step]:

@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from plans import engine
@@ -38,7 +38,7 @@ def goal_clean(text: str) -> str:
 
 def run_create(
     *,
-    author: AbstractBaseUser,
+    author: User,
     goal_text: str,
     plan_data: Any = None,
     run_dependants_of_failures: bool = False,
@@ -95,7 +95,7 @@ def _parallel_steps(requested: int | None) -> int:
     return steps
 
 
-def run_cancel(*, run: Run, user: AbstractBaseUser | None) -> Run:
+def run_cancel(*, run: Run, user: User | None) -> Run:
     """Ask the run to stop: no new step starts; steps in flight finish and are recorded."""
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)

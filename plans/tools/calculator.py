@@ -129,7 +129,7 @@ def _check_nodes(tree: ast.Expression, text: str) -> None:
 def _check_constant(node: ast.Constant, text: str) -> None:
     value = node.value
     shown = ast.get_source_segment(text, node) or repr(value)
-    if type(value) not in (int, float):
+    if type(value) not in (int, float) or not isinstance(value, int | float):
         what = _CONSTANT_KINDS.get(type(value), "constants")
         raise ToolError(f"not allowed in arithmetic: {what} ({shown!r})")
     if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
@@ -138,6 +138,7 @@ def _check_constant(node: ast.Constant, text: str) -> None:
 
 def _evaluate(node: ast.expr) -> Number:
     if isinstance(node, ast.Constant):
+        assert isinstance(node.value, int | float)  # _check_constant refused everything else
         return node.value
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_evaluate(node.operand))

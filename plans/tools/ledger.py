@@ -107,14 +107,13 @@ def _finished(entry: LedgerEntry) -> LedgerEntry | None:
     delivery did, so it is waited for (a while) rather than refused or repeated.
     """
     deadline = time.monotonic() + CLAIM_WAIT_S
-    while "result" not in entry.details:
+    current: LedgerEntry | None = entry
+    while current is not None and "result" not in current.details:
         if time.monotonic() >= deadline:
             raise ToolError(
                 f"an earlier call with this key ({entry.kind} {entry.reference}) has not "
                 f"finished after {CLAIM_WAIT_S:g} s more; it may yet go out, so it is not repeated"
             )
         time.sleep(CLAIM_POLL_S)
-        entry = LedgerEntry.objects.filter(pk=entry.pk).first()
-        if entry is None:
-            return None
-    return entry
+        current = LedgerEntry.objects.filter(pk=entry.pk).first()
+    return current

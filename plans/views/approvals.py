@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_GET, require_POST
@@ -19,7 +19,8 @@ from plans.selectors.approvals import approvals_waiting, pending_approvals_count
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
-from plans.views.params import whole_number
+from plans.views.forms import RoundDecisionForm
+from plans.views.params import SignedInRequest
 
 
 @dataclass
@@ -49,14 +50,14 @@ class DecisionGroup:
 
 
 @require_GET
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: SignedInRequest) -> HttpResponse:
     """Every destructive step waiting for a decision, grouped by run and round."""
     groups = decision_groups(list(approvals_waiting(request.user)))
     template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
     return render(request, template, _inbox_context(request, groups=groups))
 
 
-def _inbox_context(request: HttpRequest, **context: Any) -> dict[str, Any]:
+def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
@@ -65,7 +66,7 @@ def _inbox_context(request: HttpRequest, **context: Any) -> dict[str, Any]:
 
 
 def _inbox_with_drafts(
-    request: HttpRequest,
+    request: SignedInRequest,
     group: tuple[int, int],
     drafts: dict[int, str],
     error: str,
@@ -87,22 +88,19 @@ def _inbox_with_drafts(
 
 
 @require_POST
-def decide(request: HttpRequest) -> HttpResponse:
+def decide(request: SignedInRequest) -> HttpResponse:
     """Approve or reject the ticked steps of one run's round together, all or nothing."""
-    verdict = request.POST.get("decision")
-    run_text, _, round_text = request.POST.get("group", "").partition("-")
-    run_id, round_no = whole_number(run_text), whole_number(round_text)
-    if verdict not in ("approve", "reject") or run_id is None or round_no is None:
+    form = RoundDecisionForm(request.POST)
+    if not form.is_valid():
         return HttpResponse("expected a group (run-round) and a decision", status=400)
-    approve = verdict == "approve"
-    reason = request.POST.get("reason", "")
-    ids = [n for n in map(whole_number, request.POST.getlist("approval")) if n is not None]
+    run_id, round_no = form.cleaned_data["group"]
+    approve, reason = form.approve, form.cleaned_data["reason"]
     chosen = list(
-        Approval.objects.filter(pk__in=ids, run_id=run_id, step__round=round_no).select_related(
-            "run__goal__author", "step"
-        )
+        Approval.objects.filter(
+            pk__in=form.cleaned_data["approval"], run_id=run_id, step__round=round_no
+        ).select_related("run__goal__author", "step")
     )
-    drafts = {a.pk: request.POST[f"args-{a.pk}"] for a in chosen if f"args-{a.pk}" in request.POST}
+    drafts = {a.pk: draft for a in chosen if (draft := form.draft_for(a.pk)) is not None}
 
     error, status = "", 200
     edited: dict[int, dict[str, Any]] = {}
@@ -128,8 +126,8 @@ def decide(request: HttpRequest) -> HttpResponse:
         # edit shows the inbox again at once instead, so what the reviewer typed is kept.
         typed = _typed_drafts(chosen, drafts)
         if error and (typed or reason.strip()):
-            group = (run_id, round_no)
-            shown = _inbox_with_drafts(request, group, typed, error, status, reason=reason)
+            refused_group = (run_id, round_no)
+            shown = _inbox_with_drafts(request, refused_group, typed, error, status, reason=reason)
             if shown is not None:
                 return shown
         if error:
@@ -147,7 +145,7 @@ def decide(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def pending_count(request: HttpRequest) -> HttpResponse:
+def pending_count(request: SignedInRequest) -> HttpResponse:
     """The nav badge, for clients that poll instead of holding a websocket."""
     return render(
         request,
@@ -219,7 +217,7 @@ def _parse_edits(
     return edited, ""
 
 
-def refusal_status(request: HttpRequest, approve: bool, reason: str) -> int:
+def refusal_status(request: SignedInRequest, approve: bool, reason: str) -> int:
     """The HTTP status of a refused decision: who may not decide, what is missing, or too late."""
     if not request.user.has_perm("plans.decide_approval"):
         return 403
@@ -229,7 +227,7 @@ def refusal_status(request: HttpRequest, approve: bool, reason: str) -> int:
 
 
 def _group_after_decision(
-    request: HttpRequest,
+    request: SignedInRequest,
     run_id: int,
     round_no: int,
     chosen: list[Approval],

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.context_processors import PermWrapper
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -25,7 +25,8 @@ from plans.services.plans import plan_current
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.approvals import refusal_status
-from plans.views.params import visible_run_or_404, whole_number
+from plans.views.forms import PlanDecisionForm
+from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
 
 RECENT_RUNS = 10
 NOT_AN_AUTHOR = (
@@ -38,7 +39,7 @@ LIVE_EVENTS = "plans/run_detail.html#live_events"
 
 
 @require_http_methods(["GET", "POST"])
-def new_goal(request: HttpRequest) -> HttpResponse:
+def new_goal(request: SignedInRequest) -> HttpResponse:
     """The goal form; a submitted goal becomes a started run and the browser goes to its page."""
     may_submit = may_submit_goals(request.user)
     goal_text, error, status = "", "", 200
@@ -76,14 +77,14 @@ def new_goal(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_detail(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The plan to review and the run as it happens (the page then follows a websocket)."""
     run = visible_run_or_404(request, run_id)
     return render(request, "plans/run_detail.html", run_page_context(run))
 
 
 @require_GET
-def step_detail(request: HttpRequest, run_id: int, step_id: int) -> HttpResponse:
+def step_detail(request: SignedInRequest, run_id: int, step_id: int) -> HttpResponse:
     """One step in full: arguments, inputs, result, approvals, attempts (side panel or page)."""
     run = visible_run_or_404(request, run_id)
     plan = plan_shown(run)
@@ -96,7 +97,7 @@ def step_detail(request: HttpRequest, run_id: int, step_id: int) -> HttpResponse
 
 
 @require_POST
-def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_cancel_view(request: SignedInRequest, run_id: int) -> HttpResponse:
     """Stop a run (anyone who may see it may stop it): nothing new starts; in-flight steps end."""
     run = visible_run_or_404(request, run_id)
     run = run_cancel(run=run, user=request.user)
@@ -106,14 +107,17 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
+def plan_decide_view(request: SignedInRequest, run_id: int) -> HttpResponse:
     """A reviewer approves or rejects the whole plan (the plan-approval policy)."""
     run = visible_run_or_404(request, run_id)
     plan = plan_current(run)
     if plan is None:
         raise Http404("This run has no plan to decide on.")
+    form = PlanDecisionForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse("expected a decision: approve or reject", status=400)
     status, error = 200, ""
-    approve, reason = request.POST.get("decision") == "approve", request.POST.get("reason", "")
+    approve, reason = form.approve, form.cleaned_data["reason"]
     try:
         plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
     except ApprovalRefused as refused:
@@ -129,7 +133,7 @@ def plan_decide_view(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_GET
-def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_events(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The updates for every event after ?after=N, as the websocket would push them."""
     run = visible_run_or_404(request, run_id)
     after = whole_number(request.GET.get("after", "0"))

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest
+from django_htmx.middleware import HtmxDetails
 
 from plans.models import Run
 from plans.selectors.runs import run_visible_get
+
+
+class SignedInRequest(HttpRequest):
+    """A request past LoginRequiredMiddleware and django-htmx's middleware."""
+
+    user: User
+    htmx: HtmxDetails
+
 
 # The largest id a database column holds (a signed 64-bit integer).
 MAX_ID = 2**63 - 1

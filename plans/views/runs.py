@@ -12,7 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import content_disposition_header
@@ -23,7 +23,7 @@ from plans.selectors.audit import run_audit_get, run_export_data
 from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
-from plans.views.params import visible_run_or_404, whole_number
+from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
 
 RUNS_PER_PAGE = 50
 RUNS_TABLE_ID = "runs-table"
@@ -48,10 +48,18 @@ class RunFilterForm(forms.Form):
         super().__init__(data)
         if viewer.has_perm("plans.view_all_runs"):
             # A callable: the query runs only when the select is drawn or an author is given.
-            self.fields["author"].choices = _author_choices
+            self._choice_field("author").choices = _author_choices
         else:
             del self.fields["author"]  # authors see only their own runs
-        self.fields["tool"].choices = [("", "Any tool"), *((t, t) for t in sorted(get_registry()))]
+        self._choice_field("tool").choices = [
+            ("", "Any tool"),
+            *((t, t) for t in sorted(get_registry())),
+        ]
+
+    def _choice_field(self, name: str) -> forms.ChoiceField:
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)
+        return field
 
     def filters(self) -> RunFilters:
         """The valid part of the query as selector filters."""
@@ -79,7 +87,7 @@ def _author_choices() -> list[tuple[str, str]]:
 
 @login_required
 @require_GET
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: SignedInRequest) -> HttpResponse:
     form = RunFilterForm(request.GET, viewer=request.user)
     filters = form.filters()
     page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
@@ -97,7 +105,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "sort_columns": _sort_columns(filters.sort),
     }
     # Filters, sorting and paging swap only the table; anything else gets the whole page.
-    htmx = getattr(request, "htmx", None)
+    htmx = request.htmx
     partial = bool(htmx) and htmx.target == RUNS_TABLE_ID and not htmx.history_restore_request
     template = "plans/run_list.html#runs_table" if partial else "plans/run_list.html"
     response = render(request, template, context)
@@ -121,7 +129,7 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
 
 @login_required
 @require_GET
-def run_audit(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
     audit = run_audit_get(run=run)
     return render(
@@ -147,7 +155,7 @@ class _ExportEncoder(DjangoJSONEncoder):
 
 @login_required
 @require_GET
-def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_export(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
     text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
     # Same JSON, but no byte of it can open a tag even if a browser were to sniff it as HTML.
@@ -162,7 +170,7 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @login_required
 @require_GET
-def run_graph_svg(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_graph_svg(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
     plans = run.plans.order_by("-version")
     version = request.GET.get("version", "")

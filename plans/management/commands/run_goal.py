@@ -94,9 +94,9 @@ class Command(BaseCommand):
                 time.sleep(0.5)  # another worker holds the run; its lease will run out
             run.refresh_from_db()
             if run.status == Run.Status.AWAITING_PLAN_APPROVAL and options["approve_all"]:
-                plan_decide(
-                    plan=plan_current(run), reviewer=None, approve=True, via="cli", resume=False
-                )
+                plan = plan_current(run)
+                assert plan is not None  # a run awaits a plan's approval only once it has one
+                plan_decide(plan=plan, reviewer=None, approve=True, via="cli", resume=False)
                 continue
             if run.status != Run.Status.AWAITING_APPROVAL:
                 if run.status == Run.Status.AWAITING_PLAN_APPROVAL:

@@ -237,7 +237,7 @@ class _IdAllocator:
 
     def __call__(self, model: type[Model]) -> int:
         if model not in self.next:
-            self.next[model] = (model.objects.aggregate(top=Max("pk"))["top"] or 0) + 1
+            self.next[model] = (model._default_manager.aggregate(top=Max("pk"))["top"] or 0) + 1
         value = self.next[model]
         self.next[model] = value + 1
         return value
@@ -288,7 +288,7 @@ def _one_run(
         status = Run.Status.FAILED
     if status == Run.Status.AWAITING_APPROVAL and not destructive:
         status = Run.Status.COMPLETED
-    oldest_s = days * 86400
+    oldest_s: float = days * 86400
     if status == Run.Status.AWAITING_APPROVAL:
         # Still waiting: younger than the approval time limit, or the sweeper would expire it.
         oldest_s = min(oldest_s, settings.AGENTSITE_APPROVAL_TTL_S / 2)

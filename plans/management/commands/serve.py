@@ -58,8 +58,9 @@ class Command(BaseCommand):
         gc_tune_for_serving()
         url = f"http://{options['host']}:{options['port']}/"
         self.stdout.write(self.style.SUCCESS(f"agentsite is serving on {url}"))
+        engine = str(settings.DATABASES["default"]["ENGINE"])
         self.stdout.write(
-            f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
+            f"database: {engine.rsplit('.', 1)[-1]}, "
             f"model: {settings.AGENTSITE_MODEL_BACKEND}, workers in process: {options['workers']}"
         )
         server = Server(

@@ -1,0 +1,63 @@
+"""The forms behind the decision POSTs: a reviewer's verdict on a round's steps, or on a plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from plans.views.params import whole_number
+
+VERDICTS = [("approve", "Approve"), ("reject", "Reject")]
+
+
+class WholeNumbersField(forms.Field):
+    """Database ids ticked in a form: what is not a whole number is ignored, not an error."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        texts = value if isinstance(value, list | tuple) else []
+        return [number for number in map(whole_number, texts) if number is not None]
+
+
+class VerdictForm(forms.Form):
+    """Approve or reject, with a reason (which a rejection needs; the service says so)."""
+
+    decision = forms.ChoiceField(choices=VERDICTS)
+    reason = forms.CharField(required=False, strip=False)
+
+    @property
+    def approve(self) -> bool:
+        return self.cleaned_data["decision"] == "approve"
+
+
+class RoundDecisionForm(VerdictForm):
+    """The ticked destructive steps of one run's round, decided together."""
+
+    group = forms.CharField()
+    # Ids not of this run and round are ignored by the view's query, not refused.
+    approval = WholeNumbersField(required=False)
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.drafts_by_text = {
+            name.removeprefix("args-"): value
+            for name, value in data.items()
+            if name.startswith("args-")
+        }
+
+    def clean_group(self) -> tuple[int, int]:
+        run_text, _, round_text = self.cleaned_data["group"].partition("-")
+        run_id, round_no = whole_number(run_text), whole_number(round_text)
+        if run_id is None or round_no is None:
+            raise forms.ValidationError("expected a group (run-round)", code="invalid")
+        return run_id, round_no
+
+    def draft_for(self, approval_id: int) -> str | None:
+        """What the reviewer left in the step's argument box, if the form carried one."""
+        return self.drafts_by_text.get(str(approval_id))
+
+
+class PlanDecisionForm(VerdictForm):
+    """A reviewer's verdict on a whole plan (the plan-approval policy)."""
