@@ -160,16 +160,26 @@ class Run(models.Model):
 class Plan(models.Model):
     """A version of a run's plan; a replan is a new version pointing at its parent."""
 
+    class Source(models.TextChoices):
+        PLANNER = "planner"
+        REPLAN = "replan"
+        FILE = "file", "plan file"
+
+    class Decision(models.TextChoices):
+        NONE = "", "undecided"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="plans")
     version = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT)
-    source = models.CharField(max_length=20, default="planner")  # planner, replan, file
+    source = models.CharField(max_length=20, choices=Source, default=Source.PLANNER)
     raw_output = models.TextField(blank=True, help_text="The planner's text exactly as returned.")
     is_valid = models.BooleanField(default=False)
     problems = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Set when the plan-approval policy applies: a reviewer's decision on the whole plan.
-    decision = models.CharField(max_length=10, blank=True)
+    decision = models.CharField(max_length=10, choices=Decision, blank=True, default=Decision.NONE)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -251,6 +261,14 @@ class Approval(models.Model):
         REJECTED = "rejected"
         EXPIRED = "expired"
 
+    class Via(models.TextChoices):
+        """Where a decision came from: a reviewer's page, the command line, or the sweeper."""
+
+        NONE = "", "not decided"
+        WEB = "web"
+        CLI = "cli", "command line"
+        TTL = "ttl", "time limit"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
     tool = models.CharField(max_length=100)
@@ -261,7 +279,7 @@ class Approval(models.Model):
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
     )
-    via = models.CharField(max_length=10, blank=True, help_text="web or cli")
+    via = models.CharField(max_length=10, choices=Via, blank=True)
     reason = models.TextField(blank=True)
     requested_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -295,9 +313,36 @@ class Approval(models.Model):
 class RunEvent(models.Model):
     """Append-only log of everything that happened in a run; seq is contiguous per run."""
 
+    class Kind(models.TextChoices):
+        RUN_CREATED = "run_created"
+        PLAN_CREATED = "plan_created"
+        PLAN_INVALID = "plan_invalid"
+        PLAN_APPROVAL_REQUESTED = "plan_approval_requested"
+        PLAN_DECIDED = "plan_decided"
+        RUN_STARTED = "run_started"
+        RUN_RESUMED = "run_resumed"
+        RUN_RECOVERED = "run_recovered"
+        RUN_STATUS = "run_status"
+        ROUND_STARTED = "round_started"
+        ROUND_FINISHED = "round_finished"
+        STEP_STARTED = "step_started"
+        STEP_RETRYING = "step_retrying"
+        STEP_OUTCOME_UNKNOWN = "step_outcome_unknown"
+        STEP_FINISHED = "step_finished"
+        APPROVAL_REQUESTED = "approval_requested"
+        APPROVAL_DECIDED = "approval_decided"
+        RUN_PARKED = "run_parked"
+        MODEL_CALL = "model_call"
+        RATE_LIMITED = "rate_limited"
+        REPLAN_STARTED = "replan_started"
+        ANSWER_FINISHED = "answer_finished"
+        BUDGET_EXHAUSTED = "budget_exhausted"
+        CANCEL_REQUESTED = "cancel_requested"
+        RUN_FINISHED = "run_finished"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()
-    kind = models.CharField(max_length=40)
+    kind = models.CharField(max_length=40, choices=Kind)
     payload = models.JSONField(default=dict)
     at = models.DateTimeField()
     # Tamper evidence: each event's hash covers its content and its predecessor's hash.

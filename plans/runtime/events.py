@@ -35,6 +35,9 @@ def user_group(user_id: int) -> str:
     return f"user-{user_id}"
 
 
+EVENT_KINDS = frozenset(RunEvent.Kind.values)
+
+
 def append_events(
     run_id: int,
     entries: Iterable[tuple[str, Mapping[str, Any]]],
@@ -48,6 +51,10 @@ def append_events(
     LeaseLost is raised. Returns the events as published, and whether cancellation was requested.
     """
     entries = list(entries)
+    unknown = [kind for kind, _ in entries if kind not in EVENT_KINDS]
+    if unknown:
+        # Before anything is written: the pages and the audit know these kinds only.
+        raise ValueError(f"unknown event kind(s) {unknown}: add them to RunEvent.Kind")
     fence: dict[str, Any] = {}
     if lease_token is not None:
         fence = {"lease_token": lease_token}

@@ -4,6 +4,7 @@ from typing import Any
 
 from django import template
 
+from plans.models import RunEvent
 from plans.ui.charts import shown_json
 
 register = template.Library()
@@ -19,3 +20,12 @@ def pretty_json(value: Any) -> str:
 def status_label(status: str) -> str:
     """A status as people write it: "awaiting_approval" -> "awaiting approval"."""
     return str(status).replace("_", " ")
+
+
+_EVENT_KINDS = frozenset(RunEvent.Kind.values)
+
+
+@register.filter
+def event_template(kind: str) -> str:
+    """The template that words one timeline event, chosen by its kind."""
+    return f"plans/events/{kind if kind in _EVENT_KINDS else 'other'}.html"
