@@ -15,6 +15,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
+import graphviz
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 
@@ -107,43 +108,60 @@ def _plan_svg(plan: Plan, steps: list[Step]) -> str:
 
 
 def plan_dot(plan: Plan, steps: list[Step]) -> str:
-    """DOT source for the plan: a node per step, an edge from each dependency to its dependant."""
-    lines = [
-        "digraph plan {",
-        f'  graph [id="plan-graph-{int(plan.pk or 0)}", rankdir=TB, bgcolor="transparent",'
-        ' nodesep=0.35, ranksep=0.45, margin=0, fontname="Helvetica,Arial,sans-Serif"];',
-        '  node [shape=box, style="rounded,filled", fontname="Helvetica,Arial,sans-Serif",'
-        f' fontsize=11, color="{BORDER_COLOUR}", penwidth=1.2, margin="0.14,0.07"];',
-        '  edge [color="#98a2b3", arrowsize=0.7, penwidth=1.1];',
-    ]
+    """DOT source for the plan: a node per step, an edge from each dependency to its dependant.
+
+    The graphviz package writes the DOT and quotes every attribute value; labels are HTML-like
+    (``<...>``, which it leaves as they are), so their text is escaped here.
+    """
+    font = "Helvetica,Arial,sans-Serif"
+    dot = graphviz.Digraph(
+        "plan",
+        graph_attr={
+            "id": f"plan-graph-{int(plan.pk or 0)}",
+            "rankdir": "TB",
+            "bgcolor": "transparent",
+            "nodesep": "0.35",
+            "ranksep": "0.45",
+            "margin": "0",
+            "fontname": font,
+        },
+        node_attr={
+            "shape": "box",
+            "style": "rounded,filled",
+            "fontname": font,
+            "fontsize": "11",
+            "color": BORDER_COLOUR,
+            "penwidth": "1.2",
+            "margin": "0.14,0.07",
+        },
+        edge_attr={"color": "#98a2b3", "arrowsize": "0.7", "penwidth": "1.1"},
+    )
     known = {step.step_id for step in steps}
     for step in steps:
         status = step.status if step.status in STATUS_COLOURS else "pending"
         classes = f"step status-{status}" + (" destructive" if step.destructive else "")
-        # Only integers and our own constants go into attribute values; text goes into the label.
-        attributes = [
-            f'id="step-{int(step.step_id)}"',
-            f'class="{classes}"',
-            f'fillcolor="{STATUS_COLOURS[status]}"',
-        ]
+        attributes = {
+            "id": f"step-{int(step.step_id)}",
+            "class": classes,
+            "fillcolor": STATUS_COLOURS[status],
+        }
         if step.destructive:
-            attributes += [
-                "shape=box",
-                'style="filled,bold"',
-                "peripheries=2",
-                f'color="{DESTRUCTIVE_BORDER_COLOUR}"',
-            ]
-        attributes.append(f"label=<{_node_label(step)}>")
-        lines.append(f"  s{int(step.step_id)} [{', '.join(attributes)}];")
+            attributes |= {
+                "shape": "box",
+                "style": "filled,bold",
+                "peripheries": "2",
+                "color": DESTRUCTIVE_BORDER_COLOUR,
+            }
+        dot.node(f"s{int(step.step_id)}", f"<{_node_label(step)}>", **attributes)
     for step in steps:
         for dependency in step.depends_on or []:
             if isinstance(dependency, int) and dependency in known:
-                lines.append(
-                    f"  s{dependency} -> s{int(step.step_id)}"
-                    f' [id="edge-{dependency}-{int(step.step_id)}"];'
+                dot.edge(
+                    f"s{dependency}",
+                    f"s{int(step.step_id)}",
+                    id=f"edge-{dependency}-{int(step.step_id)}",
                 )
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return dot.source
 
 
 def _node_label(step: Step) -> str:
