@@ -2,7 +2,6 @@
 
 import logging
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -21,8 +20,13 @@ from plans.runtime.leases import (
 )
 from plans.runtime.recorder import RunRecorder
 from plans.services.runs import run_create
+from tests.integration.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+# Long enough that a loaded machine's pauses do not let a kept lease lapse between a renewal
+# and the check after it; the tests wait for renewals, never for a set time.
+LEASE_S = 1.2
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +42,16 @@ def run(author):
 
 def expire(run):
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def expiry_of(run):
+    return Run.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
+
+
+def renewed_past(run, first_expiry):
+    """Whether the lease outlived its first length and still holds: it was renewed meanwhile."""
+    now, expiry = timezone.now(), expiry_of(run)
+    return now > first_expiry and expiry is not None and expiry > now
 
 
 def test_a_run_is_leased_to_one_worker_at_a_time(run):
@@ -72,7 +86,7 @@ def test_a_finished_run_is_never_leased(run):
 def test_renewing_extends_an_unexpired_lease(run):
     lease = lease_acquire(run.pk, seconds=5)
     before = Run.objects.get(pk=run.pk).lease_expires_at
-    time.sleep(0.01)
+    wait_until(lambda: timezone.now() > before - timedelta(seconds=5), what="the clock to move")
 
     assert lease_renew(lease)
     assert Run.objects.get(pk=run.pk).lease_expires_at > before
@@ -144,10 +158,11 @@ def test_taking_a_lease_names_its_holder_in_the_log(run, caplog):
 
 
 def test_a_heartbeat_keeps_the_lease_past_its_length(run):
-    lease = lease_acquire(run.pk, seconds=0.3)
+    lease = lease_acquire(run.pk, seconds=LEASE_S)
+    first_expiry = expiry_of(run)
 
     with Heartbeat(lease):
-        time.sleep(0.8)
+        wait_until(lambda: renewed_past(run, first_expiry), timeout=30, what="a renewal")
         taken_by_another = lease_acquire(run.pk)
 
     assert taken_by_another is None
@@ -170,11 +185,14 @@ def test_handing_over_lets_another_worker_take_the_run_at_once(run):
 def test_one_keeper_thread_renews_every_lease_the_process_holds(author):
     plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": "hi"}}]}
     runs = [run_create(author=author, goal_text=f"keeper {i}", plan_data=plan) for i in range(3)]
-    leases = [lease_acquire(run.pk, seconds=0.3) for run in runs]
+    leases = [lease_acquire(run.pk, seconds=LEASE_S) for run in runs]
+    first_expiries = [expiry_of(run) for run in runs]
     threads_before = {thread.name for thread in threading.enumerate()}
 
     with Heartbeat(leases[0]), Heartbeat(leases[1]), Heartbeat(leases[2]):
-        time.sleep(0.8)
+        wait_until(
+            lambda: all(map(renewed_past, runs, first_expiries)), timeout=30, what="renewals"
+        )
         taken = [lease_acquire(run.pk) for run in runs]
         keepers = [t for t in threading.enumerate() if t.name == "lease-keeper"]
 
@@ -186,12 +204,14 @@ def test_one_keeper_thread_renews_every_lease_the_process_holds(author):
 
 def test_a_lease_let_go_is_no_longer_renewed(run):
     lease = lease_acquire(run.pk, seconds=0.3)
+    first_expiry = expiry_of(run)
 
     with Heartbeat(lease):
         pass
-    time.sleep(0.5)
+    wait_until(lambda: timezone.now() > first_expiry, what="the lease's end")
 
-    assert lease_acquire(run.pk) is not None  # it expired: nobody kept it
+    assert expiry_of(run) == first_expiry  # nobody renewed it
+    assert lease_acquire(run.pk) is not None
 
 
 def test_a_renewal_that_finds_the_lease_let_go_by_its_own_run_says_nothing(run, caplog):
@@ -220,7 +240,8 @@ def test_a_renewal_that_finds_the_lease_taken_over_warns(run, caplog):
 def test_the_keeper_survives_a_renewal_that_fails_and_renews_at_the_next_turn(
     run, monkeypatch, caplog
 ):
-    lease = lease_acquire(run.pk, seconds=0.6)
+    lease = lease_acquire(run.pk, seconds=LEASE_S)
+    first_expiry = expiry_of(run)
     failed = []
 
     def locked_once(lease):
@@ -231,11 +252,11 @@ def test_the_keeper_survives_a_renewal_that_fails_and_renews_at_the_next_turn(
 
     monkeypatch.setattr(leases, "lease_renew", locked_once)
     with caplog.at_level(logging.WARNING, logger="plans.runtime.leases"), Heartbeat(lease):
-        time.sleep(1.2)
+        wait_until(lambda: failed and renewed_past(run, first_expiry), timeout=30, what="a renewal")
         taken_by_another = lease_acquire(run.pk)
 
     assert failed == [lease]
     assert taken_by_another is None
     assert not lease.lost.is_set()
-    assert f"run {run.pk}: lease {lease.token} not renewed, trying again in 0.2s: " in caplog.text
+    assert f"run {run.pk}: lease {lease.token} not renewed, trying again in 0.4s: " in caplog.text
     assert "database is locked" in caplog.text

@@ -1,0 +1,216 @@
+"""The executor's prepared SQL: rows written and read exactly as the ORM would."""
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from plans.models import ModelCall, Run, Step, ToolCall
+from plans.runtime.bulk import (
+    JSONText,
+    field_value,
+    insert_rows,
+    rows_where,
+    update_one_returning,
+    update_rows,
+)
+from plans.services.plans import plan_current
+from plans.services.runs import run_create
+
+pytestmark = pytest.mark.django_db
+
+PLAN = {
+    "steps": [
+        {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}},
+        {"id": 2, "tool": "price", "args": {"item": "AirPods 4"}},
+        {
+            "id": 3,
+            "tool": "calculator",
+            "args": {"expression": "{{1}} + {{2}}"},
+            "depends_on": [1, 2],
+        },
+    ]
+}
+
+
+@pytest.fixture
+def run(author):
+    return run_create(author=author, goal_text="bulk", plan_data=PLAN)
+
+
+def steps_of(run):
+    return list(Step.objects.filter(plan__run=run).order_by("step_id"))
+
+
+def test_inserted_rows_read_back_through_the_orm_with_every_type_intact(run):
+    step = steps_of(run)[0]
+    at = timezone.now()
+    key = "k" * 64
+    insert_rows(
+        ToolCall,
+        [
+            {
+                "run_id": run.pk,
+                "step_id": step.pk,
+                "tool": "price",
+                "attempt": attempt,
+                "args": {"item": "iPhone 16", "nested": [1, 2.5, None, "é"]},
+                "result": 79900 if attempt == 1 else None,
+                "error": "" if attempt == 1 else "boom",
+                "idempotency_key": key,
+                "started_at": at,
+                "duration_ms": 1.5,
+            }
+            for attempt in (1, 2)
+        ],
+    )
+
+    first, second = ToolCall.objects.filter(step=step).order_by("attempt")
+    assert first.args == {"item": "iPhone 16", "nested": [1, 2.5, None, "é"]}
+    assert (first.result, first.error, second.result, second.error) == (79900, "", None, "boom")
+    assert first.started_at == at and second.started_at == at
+    assert first.idempotency_key == key and first.duration_ms == 1.5
+
+
+def test_json_given_as_text_is_stored_as_that_json_not_as_a_string(run):
+    step = steps_of(run)[0]
+    insert_rows(
+        ToolCall,
+        [
+            {
+                "run_id": run.pk,
+                "step_id": step.pk,
+                "tool": "price",
+                "attempt": 1,
+                "args": JSONText('{"item": "iPhone 16"}'),
+                "result": JSONText("[1, 2]"),
+                "error": "",
+                "idempotency_key": "k",
+                "started_at": timezone.now(),
+                "duration_ms": 0.0,
+            }
+        ],
+    )
+
+    call = ToolCall.objects.get(step=step)
+    assert call.args == {"item": "iPhone 16"} and call.result == [1, 2]
+
+
+def test_decimals_keep_every_digit(run):
+    insert_rows(
+        ModelCall,
+        [
+            {
+                "run_id": run.pk,
+                "purpose": "plan",
+                "model": "m",
+                "prices": {},
+                "cost_usd": Decimal("0.00001234"),
+                "latency_ms": 5,
+                "error": "",
+                "input_tokens": 1,
+                "output_tokens": 2,
+                "cache_read_tokens": 0,
+                "cache_write_tokens": 0,
+                "created_at": timezone.now(),
+            }
+        ],
+    )
+
+    assert ModelCall.objects.get(run=run).cost_usd == Decimal("0.00001234")
+
+
+def test_update_rows_sets_only_the_named_fields_of_each_row(run):
+    one, two, three = steps_of(run)
+    update_rows(
+        Step,
+        [
+            {"id": one.pk, "status": "succeeded", "result": {"a": 1}},
+            {"id": two.pk, "status": "failed", "result": None},
+        ],
+        ["status", "result"],
+    )
+
+    one, two, untouched = steps_of(run)
+    assert (one.status, one.result) == ("succeeded", {"a": 1})
+    assert (two.status, two.result) == ("failed", None)
+    assert untouched.status == three.status and untouched.args == three.args
+
+
+def test_rows_where_builds_instances_like_the_orm_in_the_order_asked(run):
+    plan = plan_current(run)
+
+    loaded = rows_where(Step, plan=plan.pk, order_by="-step_id")
+
+    assert [s.step_id for s in loaded] == [3, 2, 1]
+    expected = {s.pk: s for s in Step.objects.filter(plan=plan)}
+    for step in loaded:
+        orm = expected[step.pk]
+        assert (step.tool, step.args, step.depends_on, step.status, step.round) == (
+            orm.tool,
+            orm.args,
+            orm.depends_on,
+            orm.status,
+            orm.round,
+        )
+        assert not step._state.adding and step._state.db == "default"
+
+
+def test_rows_where_finds_nothing_for_values_no_row_has(run):
+    assert rows_where(Step, plan=plan_current(run).pk, tool="no-such-tool") == []
+
+
+def test_field_value_reads_one_column_and_none_for_a_missing_row(run):
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+
+    assert bool(field_value(Run, run.pk, "cancel_requested")) is True
+    assert field_value(Run, run.pk + 1000, "cancel_requested") is None
+
+
+def test_update_one_returning_increments_sets_and_returns_the_new_values(run):
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    updated = update_one_returning(
+        Run,
+        run.pk,
+        increments={"last_seq": 3},
+        values={"error": "x"},
+        where={},
+        where_after={},
+        returning=("last_seq", "error"),
+    )
+
+    assert updated == (before + 3, "x")
+    assert Run.objects.get(pk=run.pk).error == "x"
+
+
+def test_update_one_returning_changes_nothing_when_the_fence_does_not_match(run):
+    token = uuid.uuid4()
+    Run.objects.filter(pk=run.pk).update(
+        lease_token=token, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    before = Run.objects.get(pk=run.pk).last_seq
+
+    for where in ({"lease_token": uuid.uuid4()}, {"lease_token": token}):
+        assert (
+            update_one_returning(
+                Run,
+                run.pk,
+                increments={"last_seq": 1},
+                values={},
+                where=where,
+                where_after={"lease_expires_at": timezone.now()},
+                returning=("last_seq",),
+            )
+            is None
+        )
+
+    assert Run.objects.get(pk=run.pk).last_seq == before
+
+
+def test_nothing_to_write_is_no_query(run, django_assert_num_queries):
+    with django_assert_num_queries(0):
+        insert_rows(ToolCall, [])
+        update_rows(Step, [], ["status"])
