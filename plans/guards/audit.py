@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from plans.engine import canonical_json
@@ -25,6 +26,23 @@ def event_hash(
         f'"run":{int(run_id)},"seq":{int(seq)}}}'
     )
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def event_chain(
+    *, run_id: int, first_seq: int, prev_hash: str, entries: Iterable[tuple[str, str, datetime]]
+) -> Iterator[tuple[int, str, str]]:
+    """(seq, prev_hash, hash) for each (kind, payload_json, at) appended after prev_hash."""
+    for seq, (kind, payload_json, at) in enumerate(entries, start=first_seq):
+        digest = event_hash(
+            run_id=run_id,
+            seq=seq,
+            kind=kind,
+            payload_json=payload_json,
+            at=at,
+            prev_hash=prev_hash,
+        )
+        yield seq, prev_hash, digest
+        prev_hash = digest
 
 
 def chain_problems(run: Run) -> list[str]:

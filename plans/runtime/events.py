@@ -12,7 +12,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from plans.guards.audit import GENESIS, event_hash
+from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
 from plans.models import Run, RunEvent
 from plans.runtime.bulk import JSONText, insert_rows, update_one_returning, update_rows
@@ -79,18 +79,15 @@ def append_events(
     now = timezone.now()
     at = now.isoformat()
     first = last_seq - len(entries) + 1
-    prev_hash = prev_hash or GENESIS
+    stored = [(kind, *redacted_json(dict(payload))) for kind, payload in entries]
+    chain = event_chain(
+        run_id=run_id,
+        first_seq=first,
+        prev_hash=prev_hash or GENESIS,
+        entries=((kind, payload_json, now) for kind, _, payload_json in stored),
+    )
     rows, events = [], []
-    for seq, (kind, payload) in enumerate(entries, start=first):
-        payload, payload_json = redacted_json(dict(payload))
-        digest = event_hash(
-            run_id=run_id,
-            seq=seq,
-            kind=kind,
-            payload_json=payload_json,
-            at=now,
-            prev_hash=prev_hash,
-        )
+    for (kind, payload, payload_json), (seq, prev_hash, digest) in zip(stored, chain, strict=True):
         rows.append(
             {
                 "run_id": run_id,
@@ -104,9 +101,8 @@ def append_events(
             }
         )
         events.append({"run": run_id, "seq": seq, "kind": kind, "payload": payload, "at": at})
-        prev_hash = digest
     insert_rows(RunEvent, rows)
-    update_rows(Run, [{"id": run_id, "last_event_hash": prev_hash}], ["last_event_hash"])
+    update_rows(Run, [{"id": run_id, "last_event_hash": rows[-1]["hash"]}], ["last_event_hash"])
     transaction.on_commit(lambda: publish_events(run_id, events))
     return events, cancel_requested
 
