@@ -1,6 +1,9 @@
 """The three roles as groups: authors submit goals, reviewers decide, operators audit."""
 
-from django.contrib.auth.models import Group, Permission
+from django.conf import settings
+from django.contrib.auth.models import Group, Permission, User
+
+from plans.models import Run
 
 ROLE_PERMISSIONS = {
     "authors": ["plans.add_goal"],
@@ -27,4 +30,14 @@ def may_submit_goals(user) -> bool:
     """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals."""
     return user.is_authenticated and (
         user.has_perm("plans.add_goal") or user.groups.filter(name="authors").exists()
+    )
+
+
+def four_eyes_forbids(*, run: Run, reviewer: User | None, via: str) -> bool:
+    """The four-eyes rule: on the web, nobody decides a step or plan of a goal they submitted."""
+    return (
+        via == "web"
+        and settings.AGENTSITE_FOUR_EYES
+        and reviewer is not None
+        and run.goal.author_id == reviewer.pk
     )

@@ -9,12 +9,15 @@ from django.tasks.signals import task_enqueued
 from django_tasks_db.backend import DatabaseBackend
 from django_tasks_db.models import DBTaskResult
 
-from plans.runtime.advance import advance_run
 from plans.runtime.worker import TASKS_CHANNEL, waker
 
 
 @task
 def advance_run_task(run_id: int) -> str:
+    # Imported here so that services, which queue runs, do not import the executor, which
+    # calls services: the executor loads when a worker first runs a task.
+    from plans.runtime.advance import advance_run
+
     return advance_run(run_id)
 
 

@@ -1,6 +1,7 @@
-"""Where approvals are decided: reviewers' decisions on steps and plans, and expiry.
+"""Where approvals are decided: reviewers' decisions on destructive steps, and expiry.
 
-The executor's side, the gate a destructive call must pass, is plans.runtime.gate.
+The executor's side, the gate a destructive call must pass, is plans.runtime.gate; decisions
+on whole plans are plans.services.plans.plan_decide.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
-from plans.models import Approval, Plan, Run
+from plans.models import Approval, Run
+from plans.roles import four_eyes_forbids
 from plans.runtime.events import INBOX_GROUP, append_events, group_send
 from plans.runtime.tasks import run_enqueue
 from plans.tools import get_registry
@@ -58,11 +60,11 @@ def approvals_decide(
     resume: bool = True,
 ) -> list[Approval]:
     """Decide several approvals together, all or nothing."""
-    reason = _clean_reason(reason)
+    reason = reason_clean(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject.")
     if via == "web":
-        _check_reviewer_may_decide(reviewer)
+        reviewer_check(reviewer)
     edited_args = edited_args or {}
     decided: list[Approval] = []
     runs_to_resume: set[int] = set()
@@ -97,67 +99,6 @@ def approvals_decide(
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
-
-
-def plan_decide(
-    *,
-    plan: Plan,
-    reviewer: User | None,
-    approve: bool,
-    reason: str = "",
-    via: str = "web",
-    resume: bool = True,
-) -> Plan:
-    """A reviewer's decision on a whole plan, under the plan-approval policy."""
-    reason = _clean_reason(reason)
-    if not approve and not reason:
-        raise ApprovalRefused("A reason is required to reject a plan.")
-    if via == "web":
-        _check_reviewer_may_decide(reviewer)
-    with transaction.atomic():
-        locked = (
-            Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
-        )
-        run = locked.run
-        if locked.decision:
-            raise ApprovalRefused(f"Plan v{locked.version} was already {locked.decision}.")
-        if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
-            raise ApprovalRefused("This plan is not waiting for a decision.")
-        if (
-            via == "web"
-            and settings.AGENTSITE_FOUR_EYES
-            and reviewer is not None
-            and run.goal.author_id == reviewer.pk
-        ):
-            raise ApprovalRefused(
-                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
-            )
-        locked.decision = "approved" if approve else "rejected"
-        locked.decided_by = reviewer
-        locked.decision_reason = reason
-        locked.decided_at = timezone.now()
-        locked.save(update_fields=["decision", "decided_by", "decision_reason", "decided_at"])
-        append_events(
-            run.pk,
-            [
-                (
-                    "plan_decided",
-                    {
-                        "version": locked.version,
-                        "decision": locked.decision,
-                        "reviewer": reviewer.get_username() if reviewer else via,
-                        "reason": reason,
-                    },
-                )
-            ],
-        )
-        if resume:
-            run_enqueue(run.pk)
-    return locked
-
-
-def plan_is_outdated(plan: Plan) -> bool:
-    return plan.run.plans.filter(version__gt=plan.version, is_valid=True).exists()
 
 
 def approvals_expire() -> list[int]:
@@ -222,7 +163,8 @@ def decided_event(approval: Approval, *, decided_by: str) -> tuple[str, dict[str
     )
 
 
-def _check_reviewer_may_decide(reviewer: User | None) -> None:
+def reviewer_check(reviewer: User | None) -> None:
+    """Refuse a decision by someone signed out or without plans.decide_approval."""
     if reviewer is None or not reviewer.is_authenticated:
         raise ApprovalRefused("You must be signed in to decide approvals.")
     if not reviewer.has_perm("plans.decide_approval"):
@@ -241,19 +183,15 @@ def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str)
     if approval.run.cancel_requested:
         # Its step will be skipped: an "approved" on the record would say otherwise.
         raise ApprovalRefused("The run is being cancelled; nothing to decide.")
-    if (
-        via == "web"
-        and settings.AGENTSITE_FOUR_EYES
-        and reviewer is not None
-        and approval.run.goal.author_id == reviewer.pk
-    ):
+    if four_eyes_forbids(run=approval.run, reviewer=reviewer, via=via):
         raise ApprovalRefused(
             "Four-eyes rule: you submitted this goal, so another reviewer must decide its "
             "destructive steps."
         )
 
 
-def _clean_reason(reason: str) -> str:
+def reason_clean(reason: str) -> str:
+    """The reason as stored: trimmed, and refused if the database could not keep its text."""
     reason = reason.strip()
     unstorable = unstorable_in(reason)
     if unstorable is not None:

@@ -1,4 +1,4 @@
-"""Turning planner output or a plan file into a stored, validated plan version."""
+"""Plans: planner output or a plan file made a stored, validated version; decisions on plans."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -14,9 +15,12 @@ from plans import engine
 from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
+from plans.roles import four_eyes_forbids
 from plans.runtime.bulk import rows_where
 from plans.runtime.events import append_events
 from plans.runtime.leases import Lease
+from plans.runtime.tasks import run_enqueue
+from plans.services.approvals import ApprovalRefused, reason_clean, reviewer_check
 from plans.tools import get_registry, tool_catalog_for_prompt
 
 
@@ -231,3 +235,60 @@ def plan_store(
         )
     run.refresh_from_db()
     return row
+
+
+def plan_decide(
+    *,
+    plan: Plan,
+    reviewer: User | None,
+    approve: bool,
+    reason: str = "",
+    via: str = "web",
+    resume: bool = True,
+) -> Plan:
+    """A reviewer's decision on a whole plan, under the plan-approval policy."""
+    reason = reason_clean(reason)
+    if not approve and not reason:
+        raise ApprovalRefused("A reason is required to reject a plan.")
+    if via == "web":
+        reviewer_check(reviewer)
+    with transaction.atomic():
+        locked = (
+            Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
+        )
+        run = locked.run
+        if locked.decision:
+            raise ApprovalRefused(f"Plan v{locked.version} was already {locked.decision}.")
+        if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
+            raise ApprovalRefused("This plan is not waiting for a decision.")
+        if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
+            raise ApprovalRefused(
+                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
+            )
+        locked.decision = Plan.Decision.APPROVED if approve else Plan.Decision.REJECTED
+        locked.decided_by = reviewer
+        locked.decision_reason = reason
+        locked.decided_at = timezone.now()
+        locked.save(update_fields=["decision", "decided_by", "decision_reason", "decided_at"])
+        append_events(
+            run.pk,
+            [
+                (
+                    "plan_decided",
+                    {
+                        "version": locked.version,
+                        "decision": locked.decision,
+                        "reviewer": reviewer.get_username() if reviewer else via,
+                        "reason": reason,
+                    },
+                )
+            ],
+        )
+        if resume:
+            run_enqueue(run.pk)
+    return locked
+
+
+def plan_is_outdated(plan: Plan) -> bool:
+    """Whether a newer valid version replaced the plan."""
+    return plan.run.plans.filter(version__gt=plan.version, is_valid=True).exists()

@@ -20,8 +20,8 @@ from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
-from plans.services.approvals import ApprovalRefused, plan_decide
-from plans.services.plans import plan_current
+from plans.services.approvals import ApprovalRefused
+from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.approvals import refusal_status
