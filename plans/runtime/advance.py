@@ -27,9 +27,9 @@ from plans.guards.redaction import redact
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
-from plans.models import ModelCall, Run, Step
+from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
-from plans.runtime.bulk import field_value
+from plans.runtime.bulk import field_value, rows_where
 from plans.runtime.events import LeaseLost, append_events, publish_text
 from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.runtime.recorder import RunRecorder
@@ -102,7 +102,9 @@ def _end_after_crash(lease: Lease, error: Exception) -> str:
 
 class RunAdvancer:
     def __init__(self, run_id: int, lease: Lease) -> None:
-        self.run = Run.objects.select_related("goal").get(pk=run_id)
+        # Prepared SQL: the ORM's query building costs ~1 ms of a run's ~4 ms fixed cost here.
+        (self.run,) = rows_where(Run, id=run_id)
+        (self.run.goal,) = rows_where(Goal, id=self.run.goal_id)
         self.lease = lease
         self.recorder = RunRecorder(lease)
         self.registry = get_registry()

@@ -71,10 +71,12 @@ def update_rows(
         cursor.executemany(sql, params)
 
 
-def rows_where[M: Model](model: type[M], *, order_by: str = "", **equals: Any) -> list[M]:
+def rows_where[M: Model](
+    model: type[M], *, order_by: str = "", limit: int | None = None, **equals: Any
+) -> list[M]:
     """Instances whose fields equal the given values (order_by: a field, "-" for descending)."""
     connection = connections[router.db_for_read(model)]
-    sql = _select_statement(connection.alias, model, tuple(equals), order_by)
+    sql = _select_statement(connection.alias, model, tuple(equals), order_by, limit)
     with connection.cursor() as cursor:
         cursor.execute(sql, _prepared(connection, model, equals))
         rows = cursor.fetchall()
@@ -140,7 +142,9 @@ def _field_statement(alias: str, model: type[Model], name: str) -> str:
 
 
 @functools.cache
-def _select_statement(alias: str, model: type[Model], names: tuple[str, ...], order_by: str) -> str:
+def _select_statement(
+    alias: str, model: type[Model], names: tuple[str, ...], order_by: str, limit: int | None
+) -> str:
     meta = model._meta
     quote = connections[alias].ops.quote_name
     columns = ", ".join(column_sql(meta, quote, field.name) for field in meta.concrete_fields)
@@ -149,6 +153,8 @@ def _select_statement(alias: str, model: type[Model], names: tuple[str, ...], or
     if order_by:
         direction = " DESC" if order_by.startswith("-") else ""
         sql += f" ORDER BY {column_sql(meta, quote, order_by.lstrip('-'))}{direction}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
     return sql
 
 

@@ -26,7 +26,9 @@ from plans.tools import get_registry, tool_catalog_for_prompt
 
 def plan_current(run: Run) -> Plan | None:
     """The run's latest valid plan version, if any."""
-    return Plan.objects.filter(run=run.pk, is_valid=True).order_by("-version").first()
+    # Prepared SQL: every advance reads it, and the ORM costs it ~0.5 ms (./dev bench).
+    plans = rows_where(Plan, run=run.pk, is_valid=True, order_by="-version", limit=1)
+    return plans[0] if plans else None
 
 
 def plan_steps(plan: Plan) -> dict[int, Step]:
