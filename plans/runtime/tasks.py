@@ -18,6 +18,11 @@ def advance_run_task(run_id: int) -> str:
     return advance_run(run_id)
 
 
+def run_advance_here(run_id: int) -> str:
+    """Advance the run in this thread, now (for commands that run goals in-process)."""
+    return advance_run(run_id)
+
+
 def run_enqueue(run_id: int) -> None:
     """Queue the run's continuation once the current transaction has committed."""
     transaction.on_commit(lambda: advance_run_task.enqueue(run_id))

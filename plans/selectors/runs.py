@@ -68,6 +68,7 @@ class RunFilters:
     date_to: date | None = None  # created on or before this day
     tool: str | None = None  # the run's current plan calls this tool
     sort: str = DEFAULT_RUN_SORT
+    include_evals: bool = False  # eval_planner's runs are listed on the evals page instead
 
 
 def runs_matching(
@@ -75,6 +76,8 @@ def runs_matching(
 ) -> QuerySet[Run]:
     """The viewer's runs narrowed by the filters, in the requested order, goal and author joined."""
     runs = runs_visible_to(viewer)
+    if not filters.include_evals:
+        runs = runs.filter(experiment__isnull=True)
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.author:
