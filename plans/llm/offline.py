@@ -67,6 +67,9 @@ class OfflineModel:
             return json.dumps(plan_for_goal(goal), ensure_ascii=False)
         if request.purpose == "answer":
             return answer_for(goal, list(request.metadata.get("outcomes") or []))
+        if request.purpose == "act":
+            outcomes = list(request.metadata.get("outcomes") or [])
+            return react_turn(goal, outcomes, final=bool(request.metadata.get("final")))
         raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
 
 
@@ -240,6 +243,53 @@ def _research_plan(goal: str) -> dict[str, Any]:
         )
         queries = [first, second]
     return {"steps": [_step(n, "search", {"query": q}, []) for n, q in enumerate(queries, 1)]}
+
+
+# --- ReAct -------------------------------------------------------------------------------
+
+
+def react_turn(goal: str, outcomes: list[Mapping[str, Any]], *, final: bool = False) -> str:
+    """The next ReAct reply: the demo plan's next call, seen through the observations so far.
+
+    It knows no more than the planner does: the calls are the plan's, taken one per turn with
+    earlier results written in, and a call whose inputs failed is not made.
+    """
+    plan = plan_for_goal(goal)
+    if not plan["steps"]:
+        return json.dumps({"answer": plan.get("reason", "")}, ensure_ascii=False)
+    observed = iter(outcomes)
+    results: dict[int, Any] = {}
+    succeeded: set[int] = set()
+    for step in plan["steps"]:
+        if not all(dep in succeeded for dep in step["depends_on"]):
+            continue  # an input failed or was declined: this call cannot be made
+        outcome = next(observed, None)
+        if outcome is None:
+            if final:
+                break
+            args = _substituted(step["args"], results)
+            return json.dumps({"tool": step["tool"], "args": args}, ensure_ascii=False)
+        results[step["id"]] = outcome.get("result")
+        if outcome.get("status") == "succeeded":
+            succeeded.add(step["id"])
+    return json.dumps({"answer": answer_for(goal, outcomes)}, ensure_ascii=False)
+
+
+_WHOLE_PLACEHOLDER = re.compile(r"^\{\{(\d+)\}\}$")
+_PLACEHOLDER = re.compile(r"\{\{(\d+)\}\}")
+
+
+def _substituted(value: Any, results: Mapping[int, Any]) -> Any:
+    """Earlier results written into the arguments, as a ReAct model copies them over."""
+    if isinstance(value, dict):
+        return {key: _substituted(item, results) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substituted(item, results) for item in value]
+    if not isinstance(value, str):
+        return value
+    if whole := _WHOLE_PLACEHOLDER.match(value):
+        return results.get(int(whole.group(1)))
+    return _PLACEHOLDER.sub(lambda m: _value_text(results.get(int(m.group(1)))), value)
 
 
 # --- Answers -----------------------------------------------------------------------------

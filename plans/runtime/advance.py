@@ -111,6 +111,10 @@ class RunAdvancer:
     # --- the whole run -------------------------------------------------------------------
 
     def advance(self) -> str:
+        if self.run.goal.agent == Goal.Agent.REACT:
+            from plans.runtime.react import ReactLoop  # it builds on this module
+
+            return ReactLoop(self).advance()
         run = self.run
         plan_row = plan_current(run)
         if plan_row is None:

@@ -105,3 +105,31 @@ def test_repeating_prints_a_confidence_interval_per_category():
 def test_a_missing_cases_file_is_a_clear_error(tmp_path):
     with pytest.raises(CommandError, match="does not exist"):
         call_command("eval_planner", "--cases", str(tmp_path / "none.json"))
+
+
+def test_compare_runs_both_agents_and_react_makes_more_calls_on_multi_step_cases():
+    code, out = eval_planner("--compare", "--json")
+
+    report = json.loads(out)
+    by_agent = {e["agent"]: e for e in report["experiments"]}
+    assert code == 0
+    assert set(by_agent) == {"plan_execute", "react"}
+    planned = {c["id"]: c for c in by_agent["plan_execute"]["cases"]}
+    react = {c["id"]: c for c in by_agent["react"]["cases"]}
+    for case_id in ("demo-price-seed", "demo-trip-seed", "destructive-refund-seed"):
+        assert react[case_id]["model_calls"] > planned[case_id]["model_calls"], case_id
+    for agent, experiment in by_agent.items():
+        runs = Run.objects.filter(experiment_id=experiment["id"])
+        recorded = ModelCall.objects.filter(run__in=runs)
+        assert experiment["model_calls"] == recorded.count(), agent
+        assert experiment["tokens"]["input"] == sum(c.input_tokens for c in recorded), agent
+    assert by_agent["react"]["tokens"]["input"] > by_agent["plan_execute"]["tokens"]["input"]
+
+
+def test_compare_prints_calls_tokens_and_cost_side_by_side():
+    code, out = eval_planner("--compare")
+
+    table = out.split("side by side")[1]
+    assert code == 0
+    assert "plan_execute" in table and "react" in table
+    assert "calls" in table and "cost $" in table and "prices $" in table

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import AbstractContextManager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Avg
 from django.test.utils import override_settings
 
 from plans.evals.baseline import (
@@ -22,6 +24,8 @@ from plans.evals.baseline import (
 )
 from plans.evals.cases import DEFAULT_CASES, CasesInvalid, suite_load
 from plans.evals.runner import CaseOutcome, experiment_run
+from plans.llm import Usage
+from plans.llm.pricing import cost_usd, prices_for
 from plans.models import Experiment, Goal
 
 EXIT_REGRESSION = 1
@@ -149,15 +153,22 @@ class Command(BaseCommand):
 
     def _print_comparison(self, experiments: list[Experiment]) -> None:
         self.stdout.write("\nside by side (figures summed from the runs' ModelCall rows):")
+        priced_as = str(settings.AGENTSITE_PLANNER_MODEL)
         header = f"  {'agent':<14}{'pass':>8}{'calls':>8}{'in':>10}{'out':>9}{'cache r/w':>13}"
-        self.stdout.write(header + f"{'cost $':>12}{'wall s':>9}")
+        self.stdout.write(header + f"{'cost $':>12}{'wall s':>9}   at {priced_as} prices $")
         for e in experiments:
             rate = e.pass_rate or 0.0
             cache = f"{e.cache_read_tokens}/{e.cache_write_tokens}"
             self.stdout.write(
                 f"  {e.agent:<14}{rate:>8.1%}{e.model_calls:>8}{e.input_tokens:>10}"
                 f"{e.output_tokens:>9}{cache:>13}{e.cost_usd:>12.6f}{e.wall_ms / 1000:>9.1f}"
+                f"   {experiment_cost_at(e, priced_as):.6f}"
             )
+        self.stdout.write("  model calls per case, by category:")
+        calls = {e.agent: calls_by_category(e) for e in experiments}
+        for category in experiments[0].summary["categories"]:
+            row = "  ".join(f"{agent} {calls[agent].get(category, 0):.1f}" for agent in calls)
+            self.stdout.write(f"    {category:<16} {row}")
 
     def _print_gate(self, gate: GateReport, path: Path) -> None:
         self.stdout.write(f"\ngate against {path}:")
@@ -172,6 +183,23 @@ class Command(BaseCommand):
         else:
             for regression in gate.regressions:
                 self.stdout.write(f"  REGRESSION {regression}")
+
+
+def experiment_cost_at(experiment: Experiment, model: str) -> Decimal:
+    """What the experiment's recorded tokens would cost at another model's prices."""
+    usage = Usage(
+        input_tokens=experiment.input_tokens,
+        output_tokens=experiment.output_tokens,
+        cache_read_tokens=experiment.cache_read_tokens,
+        cache_write_tokens=experiment.cache_write_tokens,
+    )
+    return cost_usd(usage, prices_for(model))
+
+
+def calls_by_category(experiment: Experiment) -> dict[str, float]:
+    """Mean model calls per case in each category."""
+    rows = experiment.results.values("category").annotate(calls=Avg("model_calls"))
+    return {row["category"]: float(row["calls"]) for row in rows}
 
 
 def _configured_model() -> str:
