@@ -12,7 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from plans.engine.figures import figures
 from plans.evals.cases import Case
+
+__all__ = ["StepRecord", "ToolCallRecord", "Trajectory", "case_failures", "figures"]
 
 
 @dataclass(frozen=True)
@@ -137,20 +140,6 @@ def search_citations(steps: Iterable[StepRecord]) -> set[str]:
             if isinstance(hit, dict) and hit.get("cite"):
                 cites.add(str(hit["cite"]))
     return cites
-
-
-_FIGURE = re.compile(r"(?<![\w.])\d{1,3}(?:,\d{2,3})+(?:\.\d+)?|\d+(?:\.\d+)?")
-
-
-def figures(text: str) -> set[str]:
-    """The numbers in text, normalised: grouping commas dropped, 92800.0 written 92800."""
-    found = set()
-    for match in _FIGURE.findall(text):
-        plain = match.replace(",", "")
-        if "." in plain:
-            plain = plain.rstrip("0").rstrip(".")
-        found.add(plain)
-    return found
 
 
 def supported_figures(t: Trajectory) -> set[str]:

@@ -20,10 +20,11 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from plans.evals.cases import Case, Suite
-from plans.evals.predicates import case_failures
+from plans.evals.judge import RUBRIC_NAME, VerdictUnreadable, answer_judge
+from plans.evals.predicates import Trajectory, case_failures
 from plans.evals.stats import Rate, wilson_interval
 from plans.evals.trajectory import run_trajectory
-from plans.llm import prompts
+from plans.llm import ModelError, prompts
 from plans.models import Approval, EvalResult, Experiment, ModelCall, Run
 from plans.runtime.tasks import run_advance_here
 from plans.services.approvals import approvals_decide, plan_decide
@@ -61,6 +62,7 @@ def experiment_run(
     model: str,
     repeat: int = 1,
     label: str = "",
+    judge: bool = False,
     on_case: Callable[[CaseOutcome], None] | None = None,
 ) -> Experiment:
     """Run every case repeat times as the agent, record each result, and summarise."""
@@ -80,7 +82,12 @@ def experiment_run(
     for attempt in range(1, repeat + 1):
         for case in suite.cases:
             result = case_run(
-                case=case, attempt=attempt, agent=agent, experiment=experiment, author=author
+                case=case,
+                attempt=attempt,
+                agent=agent,
+                experiment=experiment,
+                author=author,
+                judge=judge,
             )
             if on_case is not None:
                 on_case(CaseOutcome(case=case, attempt=attempt, result=result))
@@ -92,7 +99,13 @@ def experiment_run(
 
 
 def case_run(
-    *, case: Case, attempt: int, agent: str, experiment: Experiment, author: AbstractBaseUser
+    *,
+    case: Case,
+    attempt: int,
+    agent: str,
+    experiment: Experiment,
+    author: AbstractBaseUser,
+    judge: bool = False,
 ) -> EvalResult:
     """One case as a real run, judged by its predicates."""
     started = time.perf_counter()
@@ -114,8 +127,31 @@ def case_run(
         passed=not failures,
         failures=failures,
         wall_ms=wall_ms,
+        judge=_judged(trajectory) if judge else None,
         **usage,
     )
+
+
+def _judged(trajectory: Trajectory) -> dict[str, Any] | None:
+    """The judge's verdict on the run's answer (None without one), or why there is none."""
+    if not trajectory.answer.strip():
+        return None
+    outcomes = [
+        {
+            "id": step.id,
+            "tool": step.tool,
+            "args": step.args,
+            "status": step.status,
+            "result": step.result,
+            "error": step.error,
+        }
+        for step in trajectory.steps
+    ]
+    try:
+        verdict = answer_judge(goal=trajectory.goal, answer=trajectory.answer, outcomes=outcomes)
+    except (ModelError, VerdictUnreadable) as error:
+        return {"rubric": RUBRIC_NAME, "error": str(error)}
+    return verdict.as_json()
 
 
 def _drive(run: Run, case: Case) -> str:
@@ -179,6 +215,14 @@ def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:
         summary["categories"][category] = _rate(mine).as_json()
     overall = _rate(results)
     summary["overall"] = overall.as_json()
+    judged = [r.judge for r in results if r.judge and "verdict" in r.judge]
+    if judged:
+        summary["judge"] = {
+            "rubric": RUBRIC_NAME,
+            "judged": len(judged),
+            "passed": sum(j["verdict"] == "pass" for j in judged),
+            "errors": sum(1 for r in results if r.judge and "error" in r.judge),
+        }
     experiment.summary = summary
     experiment.trials = overall.trials
     experiment.passed = overall.passed

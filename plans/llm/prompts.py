@@ -14,7 +14,7 @@ ANSWER_MAX_TOKENS = 1024
 ACT_MAX_TOKENS = 1024
 
 # Every tag the prompts use to fence data; untrusted text may neither open nor close any of them.
-DELIMITER_TAGS = ("goal", "tool_result", "tool_args", "problems", "plan")
+DELIMITER_TAGS = ("goal", "tool_result", "tool_args", "problems", "plan", "answer")
 _TAG_PATTERN = re.compile(
     r"<\s*(/?)\s*(" + "|".join(DELIMITER_TAGS) + r")(?![\w-])", flags=re.IGNORECASE
 )

@@ -133,3 +133,16 @@ def test_compare_prints_calls_tokens_and_cost_side_by_side():
     assert code == 0
     assert "plan_execute" in table and "react" in table
     assert "calls" in table and "cost $" in table and "prices $" in table
+
+
+def test_with_the_judge_every_answer_gets_a_verdict_on_the_rubric():
+    code, out = eval_planner("--judge")
+
+    judged = EvalResult.objects.filter(judge__isnull=False)
+    assert code == 0
+    assert judged.exists()
+    assert all(
+        set(r.judge["scores"]) == {"groundedness", "completeness", "candour"} for r in judged
+    )
+    assert "judge: pass (groundedness" in out
+    assert "judge (answer-quality-v1):" in out

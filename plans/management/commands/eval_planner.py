@@ -62,6 +62,11 @@ class Command(BaseCommand):
             help="how far a category's pass rate may fall below the baseline (default 0.05)",
         )
         parser.add_argument("--label", default="", help="a name for the experiment")
+        parser.add_argument(
+            "--judge",
+            action="store_true",
+            help="also grade every answer with the LLM judge (its rubric: plans/evals/judge.py)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -94,6 +99,7 @@ class Command(BaseCommand):
                         model=model,
                         repeat=options["repeat"],
                         label=options["label"],
+                        judge=options["judge"],
                         on_case=None if as_json else self._print_case,
                     )
                 )
@@ -131,6 +137,12 @@ class Command(BaseCommand):
             self.stdout.write(f"PASS {result.case_id}{attempt}{run}")
         else:
             self.stdout.write(f"FAIL {result.case_id}{attempt}{run}: " + "; ".join(result.failures))
+        if result.judge:
+            if "error" in result.judge:
+                self.stdout.write(f"     judge: no verdict: {result.judge['error']}")
+            else:
+                scores = ", ".join(f"{k} {v}" for k, v in result.judge["scores"].items())
+                self.stdout.write(f"     judge: {result.judge['verdict']} ({scores})")
 
     def _print_summary(self, experiment: Experiment) -> None:
         summary = experiment.summary
@@ -144,6 +156,11 @@ class Command(BaseCommand):
             interval = f"  95% CI {rate['low']:.0%}-{rate['high']:.0%}" if repeated else ""
             counts = f"{rate['passed']:>3}/{rate['trials']:<3}"
             self.stdout.write(f"  {name:<16} {counts} {rate['rate']:>6.1%}{interval}")
+        if judge := summary.get("judge"):
+            self.stdout.write(
+                f"  judge ({judge['rubric']}): {judge['passed']}/{judge['judged']} answers pass"
+                + (f", {judge['errors']} without a verdict" if judge["errors"] else "")
+            )
         self.stdout.write(
             f"  {experiment.model_calls} model calls, {experiment.input_tokens} in / "
             f"{experiment.output_tokens} out / {experiment.cache_read_tokens} cache read / "
