@@ -165,3 +165,23 @@ def test_an_observation_cannot_close_its_delimiter_in_the_react_prompt():
     assert observation.count("</tool_result>") == 1
     assert observation.endswith("</tool_result>")
     assert request.purpose == "act"
+
+
+def test_an_author_picks_the_react_agent_on_the_new_goal_page(client, author):
+    from django.contrib.auth.models import Group
+    from django.urls import reverse
+
+    from plans.roles import roles_ensure
+
+    roles_ensure()
+    author.groups.add(Group.objects.get(name="authors"))
+    client.force_login(author)
+
+    page = client.get(reverse("plans:new_goal")).content.decode()
+    client.post(reverse("plans:new_goal"), {"goal": PRICE_GOAL, "agent": "react"})
+
+    assert 'name="agent" value="react"' in page
+    run = Run.objects.get(goal__author=author)
+    assert run.goal.agent == Goal.Agent.REACT
+    assert run.status == Run.Status.COMPLETED  # tasks run inline in tests
+    assert ModelCall.objects.filter(run=run, purpose="act").count() == 4

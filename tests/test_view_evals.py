@@ -129,3 +129,21 @@ def test_hostile_text_in_failures_and_labels_is_escaped(client, operator):
 
     assert executable_markup(page) == []
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_eval_runs_are_off_the_runs_list_unless_asked_for(client, operator, author):
+    from plans.services.runs import run_create
+
+    tagged = experiment(demo=1)
+    mine = run_create(author=author, goal_text="an ordinary goal")
+    hidden = run_create(author=author, goal_text="an eval goal", experiment=tagged)
+    client.force_login(operator)
+    url = reverse("plans:run_list")
+
+    default = client.get(url).content.decode()
+    asked = client.get(url, {"evals": "on"}).content.decode()
+
+    detail = reverse("plans:run_detail", args=[hidden.pk])
+    assert reverse("plans:run_detail", args=[mine.pk]) in default
+    assert detail not in default
+    assert detail in asked

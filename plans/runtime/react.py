@@ -29,10 +29,8 @@ REACT_SOURCE = "react"
 
 
 def react_max_steps() -> int:
-    """Tool calls a ReAct run may make before it must answer (twice a plan's step cap)."""
-    return int(
-        getattr(settings, "AGENTSITE_REACT_MAX_STEPS", 2 * settings.AGENTSITE_MAX_PLAN_STEPS)
-    )
+    """Tool calls a ReAct run may make before it must answer (AGENTSITE_REACT_MAX_STEPS)."""
+    return int(settings.AGENTSITE_REACT_MAX_STEPS)
 
 
 class ReactLoop:
