@@ -185,3 +185,14 @@ def test_an_author_picks_the_react_agent_on_the_new_goal_page(client, author):
     assert run.goal.agent == Goal.Agent.REACT
     assert run.status == Run.Status.COMPLETED  # tasks run inline in tests
     assert ModelCall.objects.filter(run=run, purpose="act").count() == 4
+
+
+def test_a_react_goal_is_refused_under_plan_approval_which_it_could_not_honour(author, settings):
+    from plans.services.runs import GoalRejected
+
+    with pytest.raises(GoalRejected, match="no plan to approve"):
+        run_create(author=author, goal_text=PRICE_GOAL, agent="react", require_plan_approval=True)
+    settings.AGENTSITE_REQUIRE_PLAN_APPROVAL = True
+    with pytest.raises(GoalRejected, match="no plan to approve"):
+        run_create(author=author, goal_text=PRICE_GOAL, agent="react")
+    assert not Run.objects.exists()

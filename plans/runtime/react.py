@@ -58,6 +58,8 @@ class ReactLoop:
             run.started_at = timezone.now()
             self.recorder.run_changed(started_at=run.started_at)
             self.recorder.event("run_started")
+        elif run.status == Run.Status.RUNNING:
+            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
         else:
             self.recorder.event("run_resumed")
         if run.status != Run.Status.RUNNING:

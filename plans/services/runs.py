@@ -58,6 +58,14 @@ def run_create(
         raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
     if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
         raise ValueError("a plan file is run by the plan-and-execute agent only")
+    if agent == Goal.Agent.REACT and (
+        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
+    ):
+        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
+        raise GoalRejected(
+            "The ReAct agent has no plan to approve before it acts; under plan approval, "
+            "choose plan-and-execute."
+        )
     text = goal_clean(goal_text)
     with transaction.atomic():
         goal = Goal.objects.create(

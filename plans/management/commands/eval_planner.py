@@ -89,6 +89,11 @@ class Command(BaseCommand):
         as_json = options["json"]
         experiments: list[Experiment] = []
         with _model_settings(model):
+            if Goal.Agent.REACT in agents and settings.AGENTSITE_REQUIRE_PLAN_APPROVAL:
+                raise CommandError(
+                    "AGENTSITE_REQUIRE_PLAN_APPROVAL is on: the ReAct agent has no plan to "
+                    "approve, so it cannot be evaluated here"
+                )
             for agent in agents:
                 if not as_json:
                     self.stdout.write(f"== {agent} on {model}: {len(suite.cases)} cases")
