@@ -196,3 +196,60 @@ def test_a_react_goal_is_refused_under_plan_approval_which_it_could_not_honour(a
     with pytest.raises(GoalRejected, match="no plan to approve"):
         run_create(author=author, goal_text=PRICE_GOAL, agent="react")
     assert not Run.objects.exists()
+
+
+def test_react_through_claude_sends_the_growing_conversation_and_records_billed_usage(
+    author, settings, monkeypatch
+):
+    import anthropic
+    import httpx2
+
+    from plans.llm.anthropic_model import AnthropicModel
+    from plans.runtime import advance
+
+    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
+    settings.ANTHROPIC_API_KEY = "test-key"
+    replies = [
+        json.dumps({"tool": "price", "args": {"item": "iPhone 16"}}),
+        json.dumps({"answer": "An iPhone 16 costs INR 79900."}),
+    ]
+    sent = []
+
+    def api(request):
+        sent.append(json.loads(request.content))
+        body = {
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-5-5",
+            "content": [{"type": "text", "text": replies[len(sent) - 1]}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 40 * len(sent),
+                "output_tokens": 12,
+                "cache_read_input_tokens": 1500,
+                "cache_creation_input_tokens": 0,
+            },
+        }
+        return httpx2.Response(200, json=body)
+
+    client = anthropic.Anthropic(
+        api_key="test-key",
+        base_url="https://api.example.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(api)),
+    )
+    model = AnthropicModel(client, sleep=lambda s: None)
+    monkeypatch.setattr(advance, "get_model", lambda: model)
+
+    run = react_run(author, "How much is an iPhone 16?")
+
+    assert run.status == Run.Status.COMPLETED
+    assert run.answer == "An iPhone 16 costs INR 79900."
+    assert [len(body["messages"]) for body in sent] == [1, 3]
+    observation = sent[1]["messages"][2]["content"]
+    assert "79900" in observation and "<tool_result" in observation
+    calls = list(ModelCall.objects.filter(run=run).order_by("pk"))
+    assert [(c.input_tokens, c.cache_read_tokens) for c in calls] == [(40, 1500), (80, 1500)]
+    assert run.cost_usd == sum(c.cost_usd for c in calls) > 0

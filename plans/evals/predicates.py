@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from plans.engine.figures import figures
@@ -50,7 +50,6 @@ class Trajectory:
     steps: tuple[StepRecord, ...]
     tool_calls: tuple[ToolCallRecord, ...]
     answer: str
-    usage: dict[str, Any] = field(default_factory=dict)
 
 
 def case_failures(case: Case, trajectory: Trajectory) -> list[str]:

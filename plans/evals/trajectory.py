@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from plans import engine
 from plans.evals.predicates import StepRecord, ToolCallRecord, Trajectory
@@ -53,7 +52,6 @@ def run_trajectory(run: Run) -> Trajectory:
         steps=records,
         tool_calls=_tool_calls(run),
         answer=run.answer,
-        usage=run_usage(run),
     )
 
 
@@ -82,15 +80,3 @@ def _tool_calls(run: Run) -> tuple[ToolCallRecord, ...]:
         )
         for call in calls
     )
-
-
-def run_usage(run: Run) -> dict[str, Any]:
-    """The run's recorded model usage (its totals are kept from its ModelCall rows)."""
-    return {
-        "model_calls": run.model_call_count,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
-        "cache_read_tokens": run.cache_read_tokens,
-        "cache_write_tokens": run.cache_write_tokens,
-        "cost_usd": run.cost_usd,
-    }
