@@ -137,7 +137,8 @@ class Command(BaseCommand):
     def _print_case(self, outcome: CaseOutcome) -> None:
         result = outcome.result
         attempt = f" (attempt {outcome.attempt})" if outcome.attempt > 1 else ""
-        run = f" [run {result.run_id}]"
+        tokens = result.input_tokens + result.output_tokens
+        run = f" [run {result.run_id}, {result.model_calls} calls, {tokens} tokens]"
         if result.passed:
             self.stdout.write(f"PASS {result.case_id}{attempt}{run}")
         else:
