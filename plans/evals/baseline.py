@@ -12,6 +12,9 @@ from plans.models import Experiment
 BASELINES_DIR = Path(__file__).resolve().parent / "baselines"
 DEFAULT_BASELINE = BASELINES_DIR / "offline.json"
 DEFAULT_TOLERANCE = 0.05
+# Usage that grows by more than this is reported beside the gate (it does not fail it): a
+# prompt that passes more cases by tripling the calls deserves a look before it is merged.
+USAGE_GROWTH_NOTED = 0.25
 
 
 class BaselineInvalid(ValueError):
@@ -30,6 +33,9 @@ def baseline_of(experiment: Experiment) -> dict[str, Any]:
         "prompt_version": experiment.prompt_version,
         "cases_version": experiment.cases_version,
         "repeat": experiment.repeat,
+        "model_calls": experiment.model_calls,
+        "input_tokens": experiment.input_tokens,
+        "output_tokens": experiment.output_tokens,
         "categories": experiment.summary.get("categories", {}),
         "overall": experiment.summary.get("overall", {}),
         "cases": verdicts,
@@ -77,6 +83,10 @@ def baseline_compare(
                 f"the baseline was taken with {key} {baseline.get(key)!r}, this run has "
                 f"{current[key]!r}"
             )
+    for key in ("model_calls", "input_tokens", "output_tokens"):
+        then, now = baseline.get(key), current[key]
+        if isinstance(then, int) and then > 0 and now > then * (1 + USAGE_GROWTH_NOTED):
+            report.notes.append(f"{key} rose from {then} to {now} (+{now / then - 1:.0%})")
     then_cases: dict[str, bool] = baseline.get("cases", {})
     for case_id, passed in sorted(current["cases"].items()):
         before = then_cases.get(case_id)

@@ -146,3 +146,15 @@ def test_with_the_judge_every_answer_gets_a_verdict_on_the_rubric():
     )
     assert "judge: pass (groundedness" in out
     assert "judge (answer-quality-v1):" in out
+
+
+def test_usage_that_grows_past_a_quarter_is_noted_beside_the_gate(tmp_path):
+    baseline = json.loads(DEFAULT_BASELINE.read_text())
+    baseline["model_calls"] = baseline["model_calls"] // 2
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(baseline))
+
+    code, out = eval_planner("--baseline", str(path))
+
+    assert code == 0
+    assert "note: model_calls rose from 32 to 64 (+100%)" in out
