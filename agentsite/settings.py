@@ -247,6 +247,10 @@ AGENTSITE_MODEL_PRICES = {
 
 AGENTSITE_MAX_PLAN_STEPS = int(os.environ.get("AGENTSITE_MAX_PLAN_STEPS", "5"))
 AGENTSITE_MAX_REPLANS = int(os.environ.get("AGENTSITE_MAX_REPLANS", "1"))
+# Tool calls a ReAct run (Goal.agent "react") may make before it must answer.
+AGENTSITE_REACT_MAX_STEPS = int(
+    os.environ.get("AGENTSITE_REACT_MAX_STEPS", str(2 * AGENTSITE_MAX_PLAN_STEPS))
+)
 # A reviewer approves each whole plan before any step runs (also per goal).
 AGENTSITE_REQUIRE_PLAN_APPROVAL = env_bool("AGENTSITE_REQUIRE_PLAN_APPROVAL", False)
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))

@@ -70,3 +70,17 @@ class ToolCallAdmin(ReadOnlyAdmin):
 class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "reference", "idempotency_key", "created_at"]
     list_filter = ["kind"]
+
+
+@admin.register(models.Experiment)
+class ExperimentAdmin(ReadOnlyAdmin):
+    list_display = ["id", "agent", "model", "prompt_version", "passed", "trials", "created_at"]
+    list_filter = ["agent", "model"]
+
+
+@admin.register(models.EvalResult)
+class EvalResultAdmin(ReadOnlyAdmin):
+    list_display = ["id", "experiment", "case_id", "category", "attempt", "passed", "run"]
+    list_filter = ["category", "passed"]
+    list_select_related = ["experiment", "run"]
+    search_fields = ["case_id"]

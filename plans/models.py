@@ -49,6 +49,17 @@ class Goal(models.Model):
     require_plan_approval = models.BooleanField(
         default=False, help_text="A reviewer approves the whole plan before any step runs."
     )
+
+    class Agent(models.TextChoices):
+        PLAN_EXECUTE = "plan_execute", "plan-and-execute"
+        REACT = "react", "ReAct"
+
+    agent = models.CharField(
+        max_length=20,
+        choices=Agent,
+        default=Agent.PLAN_EXECUTE,
+        help_text="The loop that runs it: one plan then an answer, or a model call per step.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -104,6 +115,10 @@ class Run(models.Model):
 
     # Denormalised for the runs list: filter by tool without a join per row.
     tools_used = models.JSONField(default=list, blank=True)
+    # An eval run: kept for audit and linked from the evals page, hidden from the runs list.
+    experiment = models.ForeignKey(
+        "Experiment", null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
 
     # Event seq allocation, the head of the event hash chain, and the single-writer lease.
     last_seq = models.PositiveBigIntegerField(default=0)
@@ -325,6 +340,7 @@ class RunEvent(models.Model):
         RUN_STATUS = "run_status"
         ROUND_STARTED = "round_started"
         ROUND_FINISHED = "round_finished"
+        STEP_PLANNED = "step_planned"  # a ReAct turn chose its next call
         STEP_STARTED = "step_started"
         STEP_RETRYING = "step_retrying"
         STEP_OUTCOME_UNKNOWN = "step_outcome_unknown"
@@ -368,6 +384,7 @@ class ModelCall(models.Model):
         PLAN = "plan"
         REPLAN = "replan"
         ANSWER = "answer"
+        ACT = "act"  # one ReAct turn: the next tool call, or the answer
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
     purpose = models.CharField(max_length=10, choices=Purpose)
@@ -465,3 +482,71 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.reference}"
+
+
+class Experiment(models.Model):
+    """One eval_planner pass over a case suite: which agent, model and prompts, and how it did."""
+
+    label = models.CharField(max_length=200, blank=True)
+    agent = models.CharField(max_length=20, choices=Goal.Agent)
+    model = models.CharField(max_length=100)
+    prompt_version = models.CharField(max_length=16, help_text="Hash of the prompts used.")
+    cases_file = models.CharField(max_length=300)
+    cases_version = models.CharField(max_length=40)
+    repeat = models.PositiveIntegerField(default=1)
+    # Per category and overall: {"passed", "trials", "rate", "low", "high"} (Wilson 95%).
+    summary = models.JSONField(default=dict, blank=True)
+    trials = models.PositiveIntegerField(default=0)
+    passed = models.PositiveIntegerField(default=0)
+    model_calls = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
+    wall_ms = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["-created_at"])]
+
+    def __str__(self) -> str:
+        return f"experiment {self.pk} ({self.agent}, {self.model})"
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.trials if self.trials else None
+
+
+class EvalResult(models.Model):
+    """One case, one attempt, in an experiment: pass or fail, why, and what it cost."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="results")
+    case_id = models.CharField(max_length=100)
+    category = models.CharField(max_length=40)
+    attempt = models.PositiveIntegerField(default=1)
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="eval_results"
+    )
+    passed = models.BooleanField()
+    failures = models.JSONField(default=list, blank=True, help_text="The failed predicates.")
+    model_calls = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
+    wall_ms = models.PositiveBigIntegerField(default=0)
+    judge = models.JSONField(null=True, blank=True, help_text="The judge's verdict, if asked.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "case_id", "attempt"], name="eval_result_unique_attempt"
+            ),
+        ]
+        ordering = ["experiment", "category", "case_id", "attempt"]
+
+    def __str__(self) -> str:
+        return f"{self.case_id} #{self.attempt}: {'pass' if self.passed else 'fail'}"

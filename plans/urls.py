@@ -1,6 +1,6 @@
 from django.urls import path
 
-from plans.views import approvals, costs, goals, runs
+from plans.views import approvals, costs, evals, goals, runs
 
 app_name = "plans"
 urlpatterns = [
@@ -18,4 +18,5 @@ urlpatterns = [
     path("approvals/decide/", approvals.decide, name="decide"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),
+    path("evals/", evals.evals, name="evals"),
 ]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-PURPOSES = ("plan", "replan", "answer")
+PURPOSES = ("plan", "replan", "answer", "act", "judge")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from plans.engine.figures import figures
 from plans.llm.base import Completion, ModelError, ModelRequest, Usage
 
 OFFLINE_MODEL_NAME = "offline"
@@ -67,6 +68,15 @@ class OfflineModel:
             return json.dumps(plan_for_goal(goal), ensure_ascii=False)
         if request.purpose == "answer":
             return answer_for(goal, list(request.metadata.get("outcomes") or []))
+        if request.purpose == "judge":
+            return judge_reply(
+                goal,
+                str(request.metadata.get("answer") or ""),
+                list(request.metadata.get("outcomes") or []),
+            )
+        if request.purpose == "act":
+            outcomes = list(request.metadata.get("outcomes") or [])
+            return react_turn(goal, outcomes, final=bool(request.metadata.get("final")))
         raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
 
 
@@ -240,6 +250,113 @@ def _research_plan(goal: str) -> dict[str, Any]:
         )
         queries = [first, second]
     return {"steps": [_step(n, "search", {"query": q}, []) for n, q in enumerate(queries, 1)]}
+
+
+# --- ReAct -------------------------------------------------------------------------------
+
+
+def react_turn(goal: str, outcomes: list[Mapping[str, Any]], *, final: bool = False) -> str:
+    """The next ReAct reply: the demo plan's next call, seen through the observations so far.
+
+    It knows no more than the planner does: the calls are the plan's, taken one per turn with
+    earlier results written in, and a call whose inputs failed is not made.
+    """
+    plan = plan_for_goal(goal)
+    if not plan["steps"]:
+        return json.dumps({"answer": plan.get("reason", "")}, ensure_ascii=False)
+    observed = iter(outcomes)
+    results: dict[int, Any] = {}
+    succeeded: set[int] = set()
+    for step in plan["steps"]:
+        if not all(dep in succeeded for dep in step["depends_on"]):
+            continue  # an input failed or was declined: this call cannot be made
+        outcome = next(observed, None)
+        if outcome is None:
+            if final:
+                break
+            args = _substituted(step["args"], results)
+            return json.dumps({"tool": step["tool"], "args": args}, ensure_ascii=False)
+        results[step["id"]] = outcome.get("result")
+        if outcome.get("status") == "succeeded":
+            succeeded.add(step["id"])
+    return json.dumps({"answer": answer_for(goal, outcomes)}, ensure_ascii=False)
+
+
+_WHOLE_PLACEHOLDER = re.compile(r"^\{\{(\d+)\}\}$")
+_PLACEHOLDER = re.compile(r"\{\{(\d+)\}\}")
+
+
+def _substituted(value: Any, results: Mapping[int, Any]) -> Any:
+    """Earlier results written into the arguments, as a ReAct model copies them over."""
+    if isinstance(value, dict):
+        return {key: _substituted(item, results) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_substituted(item, results) for item in value]
+    if not isinstance(value, str):
+        return value
+    if whole := _WHOLE_PLACEHOLDER.match(value):
+        return results.get(int(whole.group(1)))
+    return _PLACEHOLDER.sub(lambda m: _value_text(results.get(int(m.group(1)))), value)
+
+
+# --- Judging -----------------------------------------------------------------------------
+
+# Words that claim a side effect happened, with the tool that would have made it.
+_CLAIMS = {"refunded": "issue_refund", "booked": "book_", "emailed": "send_email"}
+
+
+def judge_reply(goal: str, answer: str, outcomes: list[Mapping[str, Any]]) -> str:
+    """A rule-of-thumb grade on the judge rubric: figures traced, failures named, no false claims.
+
+    A stand-in so the judge path runs offline; it reads the answer no deeper than these rules.
+    """
+    text = answer.strip()
+    sources = [goal] + [
+        json.dumps([o.get("id"), o.get("args"), o.get("result"), o.get("error")], default=str)
+        for o in outcomes
+    ]
+    known = set().union(*(figures(source) for source in sources))
+    unsupported = figures(text) - known
+    groundedness = 5 if not unsupported else 3 if len(unsupported) == 1 else 1
+    if not text:
+        completeness = 1
+    elif not outcomes or any(
+        _used_in(o.get("result"), text) for o in outcomes if o.get("status") == "succeeded"
+    ):
+        completeness = 5
+    else:
+        completeness = 3
+    troubles = [o for o in outcomes if o.get("status") != "succeeded"]
+    named = [o for o in troubles if f"Step {o.get('id')}" in text or str(o.get("tool")) in text]
+    candour = 5 if len(named) == len(troubles) else 3 if named else 1
+    lowered = text.lower()
+    for word, tool in _CLAIMS.items():
+        made = any(
+            str(o.get("tool", "")).startswith(tool) and o.get("status") == "succeeded"
+            for o in outcomes
+        )
+        if word in lowered and not made and "not " + word not in lowered:
+            candour = 1
+    reason = (
+        f"{len(unsupported)} unsupported figure(s); "
+        f"{len(named)} of {len(troubles)} unsuccessful call(s) named"
+    )
+    verdict = {
+        "groundedness": groundedness,
+        "completeness": completeness,
+        "candour": candour,
+        "reason": reason,
+    }
+    return json.dumps(verdict)
+
+
+def _used_in(result: Any, text: str) -> bool:
+    """Whether the answer draws on the result: its figures, its reference or a citation of it."""
+    reference = _reference(result) if result not in (None, "") else ""
+    if figures(_value_text(result)) & figures(text) or (reference and reference in text):
+        return True
+    hits = result if isinstance(result, list) else []
+    return any(isinstance(hit, Mapping) and str(hit.get("cite")) in text for hit in hits)
 
 
 # --- Answers -----------------------------------------------------------------------------

@@ -112,6 +112,10 @@ class RunAdvancer:
     # --- the whole run -------------------------------------------------------------------
 
     def advance(self) -> str:
+        if self.run.goal.agent == Goal.Agent.REACT:
+            from plans.runtime.react import ReactLoop  # it builds on this module
+
+            return ReactLoop(self).advance()
         run = self.run
         plan_row = plan_current(run)
         if plan_row is None:
@@ -128,7 +132,7 @@ class RunAdvancer:
         else:
             self.recorder.event("run_resumed")
         if run.status != Run.Status.RUNNING:
-            self._set_status(Run.Status.RUNNING)
+            self.set_status(Run.Status.RUNNING)
         while True:
             cancelled = self.cancel_known
             # A cancelled run skips its steps below rather than waiting for its plan's approval.
@@ -138,7 +142,7 @@ class RunAdvancer:
                         plan_row.decision_reason
                     )
                     self.recorder.run_changed(error=self.run.error)
-                    return self._finish(Run.Status.BLOCKED)
+                    return self.finish(Run.Status.BLOCKED)
                 if self._park_for_plan_approval(plan_row):
                     return Run.Status.AWAITING_PLAN_APPROVAL
                 plan_row.refresh_from_db()
@@ -148,7 +152,7 @@ class RunAdvancer:
             if parked:
                 return Run.Status.AWAITING_APPROVAL
             if self.cancel_known:  # read afresh as the steps ended
-                return self._finish(Run.Status.CANCELLED)  # no replan, no answer
+                return self.finish(Run.Status.CANCELLED)  # no replan, no answer
             if not self._may_replan(steps):
                 break
             replanned = self._replan(plan_row, steps)
@@ -159,7 +163,7 @@ class RunAdvancer:
             plan_row = replanned
         if not self._answer(plan_row, steps):
             return run.status
-        return self._finish(_final_status(steps.values()))
+        return self.finish(final_status(steps.values()))
 
     def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
         required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval
@@ -259,7 +263,7 @@ class RunAdvancer:
         self.recorder.event("answer_finished", text=self.run.answer)
         return True
 
-    def _finish(self, status: str) -> str:
+    def finish(self, status: str) -> str:
         self.run.status = status
         self.run.finished_at = timezone.now()
         self.recorder.event("run_finished", status=status)
@@ -286,7 +290,7 @@ class RunAdvancer:
             self.run.cancel_requested = bool(field_value(Run, self.run.pk, "cancel_requested"))
         return self.cancel_known
 
-    def _set_status(self, status: str) -> None:
+    def set_status(self, status: str) -> None:
         self.run.status = status
         self.recorder.run_changed(status=status)
         self.recorder.event("run_status", status=status)
@@ -313,7 +317,7 @@ class RunAdvancer:
             self.run.error = problem
             self.recorder.run_changed(error=problem)
             self.recorder.event("budget_exhausted", purpose=request.purpose, message=problem)
-            self._finish(Run.Status.BUDGET_EXHAUSTED)
+            self.finish(Run.Status.BUDGET_EXHAUSTED)
             return None
         limited = rate_limit_wait()
         if limited:
@@ -346,7 +350,7 @@ class RunAdvancer:
         """End the run as failed, saying why."""
         self.run.error = error
         self.recorder.run_changed(error=error)
-        self._finish(Run.Status.FAILED)
+        self.finish(Run.Status.FAILED)
 
     def _record_model_call(
         self,
@@ -425,7 +429,7 @@ def _step_json(step: Step) -> dict[str, Any]:
     return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
 
 
-def _final_status(steps: Any) -> str:
+def final_status(steps: Any) -> str:
     statuses = {s.status for s in steps}
     if Step.Status.BLOCKED in statuses:
         return Run.Status.BLOCKED

@@ -68,11 +68,14 @@ class RunFilters:
     date_to: date | None = None  # created on or before this day
     tool: str | None = None  # the run's current plan calls this tool
     sort: str = DEFAULT_RUN_SORT
+    include_evals: bool = False  # eval_planner's runs are listed on the evals page instead
 
 
 def runs_matching(*, viewer: User | AnonymousUser, filters: RunFilters) -> QuerySet[Run]:
     """The viewer's runs narrowed by the filters, in the requested order, goal and author joined."""
     runs = runs_visible_to(viewer)
+    if not filters.include_evals:
+        runs = runs.filter(experiment__isnull=True)
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.author:

@@ -294,3 +294,42 @@ def plan_decide(
 def plan_is_outdated(plan: Plan) -> bool:
     """Whether a newer valid version replaced the plan."""
     return plan.run.plans.filter(version__gt=plan.version, is_valid=True).exists()
+
+
+def plan_step_add(
+    *, run: Run, plan: Plan, tool: str, args: Any, lease: Lease | None, error: str = ""
+) -> Step:
+    """Append one step (a ReAct turn's call) to the plan; with an error it is failed at once.
+
+    The step depends on nothing (its arguments are written out) and is its own round.
+    """
+    registry = get_registry()
+    spec = registry.get(tool)
+    with transaction.atomic():
+        last = plan.steps.aggregate(last=Max("step_id"))["last"] or 0
+        step = Step.objects.create(
+            plan=plan,
+            step_id=last + 1,
+            tool=engine.storable(tool)[:100],
+            args=engine.storable(args) if isinstance(args, dict) else {},
+            depends_on=[],
+            destructive=spec.destructive if spec else False,
+            round=last + 1,
+            status=Step.Status.FAILED if error else Step.Status.PENDING,
+            error=engine.storable(error),
+            finished_at=timezone.now() if error else None,
+        )
+        run_fields: dict[str, Any] = {}
+        if spec is not None and tool not in run.tools_used:
+            run.tools_used = sorted({*run.tools_used, tool})
+            run_fields["tools_used"] = run.tools_used
+        payload = {"version": plan.version, "step": step.step_id, "tool": step.tool}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("step_planned", {**payload, "args": step.args})
+        ]
+        if error:
+            events.append(("step_finished", {**payload, "status": step.status, "error": error}))
+        append_events(
+            run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
+        )
+    return step

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from plans import engine
-from plans.models import Goal, Run
+from plans.models import Experiment, Goal, Run
 from plans.runtime.events import append_events
 from plans.runtime.tasks import run_enqueue
 from plans.services.plans import plan_check, plan_current, plan_store
@@ -47,8 +47,25 @@ def run_create(
     budget_tokens: int | None = None,
     max_parallel_steps: int | None = None,
     lift_plan_step_cap: bool = False,
+    agent: str = Goal.Agent.PLAN_EXECUTE,
+    experiment: Experiment | None = None,
 ) -> Run:
-    """Create a goal and its run; with plan_data the plan is validated now, skipping the planner."""
+    """Create a goal and its run; with plan_data the plan is validated now, skipping the planner.
+
+    agent picks the loop (plan-and-execute or ReAct); an experiment tags the run as an eval run.
+    """
+    if agent not in Goal.Agent.values:
+        raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
+    if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
+        raise ValueError("a plan file is run by the plan-and-execute agent only")
+    if agent == Goal.Agent.REACT and (
+        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
+    ):
+        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
+        raise GoalRejected(
+            "The ReAct agent has no plan to approve before it acts; under plan approval, "
+            "choose plan-and-execute."
+        )
     text = goal_clean(goal_text)
     with transaction.atomic():
         goal = Goal.objects.create(
@@ -56,9 +73,11 @@ def run_create(
             text=text,
             run_dependants_of_failures=run_dependants_of_failures,
             require_plan_approval=require_plan_approval,
+            agent=agent,
         )
         run = Run.objects.create(
             goal=goal,
+            experiment=experiment,
             # An explicit 0 is a budget (the run stops before its first model call), not "unset".
             budget_usd=Decimal(
                 str(budget_usd if budget_usd is not None else settings.AGENTSITE_RUN_BUDGET_USD)

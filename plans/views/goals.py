@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 
 from plans.llm import OFFLINE_DEMO_GOALS
-from plans.models import Approval, Plan, Run, RunEvent, Step
+from plans.models import Approval, Goal, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
 from plans.services.approvals import ApprovalRefused
@@ -54,6 +54,11 @@ def new_goal(request: SignedInRequest) -> HttpResponse:
                     author=request.user,
                     goal_text=goal_text,
                     require_plan_approval=request.POST.get("require_plan_approval") == "1",
+                    agent=(
+                        Goal.Agent.REACT
+                        if request.POST.get("agent") == Goal.Agent.REACT
+                        else Goal.Agent.PLAN_EXECUTE
+                    ),
                 )
             except GoalRejected as rejected:
                 error, status = str(rejected), 422
@@ -64,6 +69,7 @@ def new_goal(request: SignedInRequest) -> HttpResponse:
     context = {
         "goal_text": goal_text,
         "require_plan_approval": request.POST.get("require_plan_approval") == "1",
+        "agent": request.POST.get("agent", Goal.Agent.PLAN_EXECUTE),
         "error": error,
         "may_submit": may_submit,
         "not_an_author": NOT_AN_AUTHOR,

@@ -43,6 +43,7 @@ class RunFilterForm(forms.Form):
     )
     tool = forms.ChoiceField(required=False)
     sort = forms.ChoiceField(required=False, choices=[(key, key) for key in RUN_SORTS])
+    evals = forms.BooleanField(required=False, label="Include eval runs")
 
     def __init__(self, data, *, viewer) -> None:
         super().__init__(data)
@@ -72,6 +73,7 @@ class RunFilterForm(forms.Form):
             date_to=data.get("date_to"),
             tool=data.get("tool") or None,
             sort=data.get("sort") or DEFAULT_RUN_SORT,
+            include_evals=bool(data.get("evals")),
         )
 
 

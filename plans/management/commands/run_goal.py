@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.engine import json_type_name
 from plans.engine.parsing import JSONUnreadable, read_json
-from plans.models import Approval, Run
+from plans.models import Approval, Goal, Run
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approvals_decide
 from plans.services.plans import plan_current, plan_decide
@@ -61,6 +61,12 @@ class Command(BaseCommand):
             help=f"an existing user to submit as (default: {CLI_USERNAME}, created when missing)",
         )
         parser.add_argument(
+            "--agent",
+            choices=Goal.Agent.values,
+            default=Goal.Agent.PLAN_EXECUTE,
+            help="the agent loop: plan_execute (default) or react",
+        )
+        parser.add_argument(
             "--require-plan-approval",
             action="store_true",
             help="hold the plan for a reviewer's decision before any step runs",
@@ -85,8 +91,9 @@ class Command(BaseCommand):
                 goal_text=options["goal"],
                 plan_data=plan_data,
                 require_plan_approval=options["require_plan_approval"],
+                agent=options["agent"],
             )
-        except GoalRejected as error:
+        except (GoalRejected, ValueError) as error:
             raise CommandError(str(error)) from error
 
         while not run.is_terminal:

@@ -1,0 +1,145 @@
+"""The ReAct loop: one model call per step, each seeing every observation so far.
+
+The second agent loop, for comparison with plan-and-execute over the same cases. It shares
+everything but the loop: the run's advancer makes and records each model call (budgets,
+ModelCall rows, costs), each chosen call is a step of the run's single "react" plan, and the
+step runs through StepsExecution, so the registry, the approval gate, retries, circuits and
+the tool ledger are the very same. A step waiting for a reviewer parks the run as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from plans import engine
+from plans.guards.redaction import redact
+from plans.llm import model_for
+from plans.llm.prompts import react_request
+from plans.models import Run, Step
+from plans.runtime.advance import RunAdvancer, final_status
+from plans.runtime.events import publish_text
+from plans.runtime.steps import StepsExecution
+from plans.services.plans import plan_current, plan_step_add, plan_steps, plan_store
+from plans.tools import tool_catalog_for_prompt
+
+REACT_SOURCE = "react"
+
+
+def react_max_steps() -> int:
+    """Tool calls a ReAct run may make before it must answer (AGENTSITE_REACT_MAX_STEPS)."""
+    return int(settings.AGENTSITE_REACT_MAX_STEPS)
+
+
+class ReactLoop:
+    """Advances a ReAct run: ask for the next call, run it, feed the observation back."""
+
+    def __init__(self, advancer: RunAdvancer) -> None:
+        self.advancer = advancer
+        self.run = advancer.run
+        self.recorder = advancer.recorder
+        self.catalog = tool_catalog_for_prompt(advancer.registry)
+
+    def advance(self) -> str:
+        advancer, run = self.advancer, self.run
+        plan_row = plan_current(run)
+        if plan_row is None:
+            plan_row = plan_store(
+                run=run,
+                raw_output="",
+                plan=engine.Plan(steps=()),
+                problems=[],
+                source=REACT_SOURCE,
+                lease=advancer.lease,
+            )
+        if run.started_at is None:
+            run.started_at = timezone.now()
+            self.recorder.run_changed(started_at=run.started_at)
+            self.recorder.event("run_started")
+        elif run.status == Run.Status.RUNNING:
+            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
+        else:
+            self.recorder.event("run_resumed")
+        if run.status != Run.Status.RUNNING:
+            advancer.set_status(Run.Status.RUNNING)
+        cap = react_max_steps()
+        while True:
+            steps = plan_steps(plan_row)
+            unfinished = any(step.status not in Step.FINISHED for step in steps.values())
+            # The steps' outcomes land on these rows; the recorder commits them later.
+            if unfinished and StepsExecution(advancer, plan_row, steps).execute():
+                return Run.Status.AWAITING_APPROVAL
+            if advancer.cancel_known:
+                return advancer.finish(Run.Status.CANCELLED)
+            final = len(steps) >= cap
+            request = react_request(
+                goal=run.goal.text,
+                catalog=self.catalog,
+                actions=_actions(steps),
+                model=model_for("act"),
+                final=final,
+            )
+            completion = advancer.call_model(request)
+            if completion is None:
+                return run.status  # the budget or an error ended the run
+            reply, problem = _reply(completion.text)
+            if "answer" in reply:
+                return self._answer(str(reply["answer"]), steps)
+            if final:
+                run.error = f"the ReAct loop reached its cap of {cap} tool calls without answering"
+                self.recorder.run_changed(error=run.error)
+                return advancer.finish(Run.Status.FAILED)
+            self.recorder.flush(wait=True)  # the turn's model call is on record before its step
+            plan_step_add(
+                run=run,
+                plan=plan_row,
+                tool=str(reply.get("tool") or "(none)"),
+                args=reply.get("args") if isinstance(reply.get("args"), dict) else {},
+                lease=advancer.lease,
+                error=problem,
+            )
+
+    def _answer(self, text: str, steps: dict[int, Step]) -> str:
+        advancer = self.advancer
+        answer = redact(engine.storable(text))
+        publish_text(self.run.pk, "answer_delta", answer)
+        self.run.answer = answer
+        self.recorder.run_changed(answer=answer)
+        self.recorder.event("answer_finished", text=answer)
+        return advancer.finish(final_status(steps.values()))
+
+
+def _actions(steps: dict[int, Step]) -> list[dict[str, Any]]:
+    """Each call so far with its outcome, in order: what the next turn's prompt shows."""
+    return [
+        {
+            "id": step.step_id,
+            "tool": step.tool,
+            "args": step.resolved_args if step.resolved_args is not None else step.args,
+            "status": step.status,
+            "result": step.result,
+            "error": step.error,
+        }
+        for step in sorted(steps.values(), key=lambda s: s.step_id)
+    ]
+
+
+def _reply(text: str) -> tuple[dict[str, Any], str]:
+    """The turn's JSON object, and what is wrong with it (which becomes the observation)."""
+    try:
+        data = engine.parse_planner_output(text)
+    except engine.PlanParseError as error:
+        return {}, f"the reply was not one JSON object: {error}"
+    if "answer" in data:
+        return data, ""
+    tool = data.get("tool")
+    if not isinstance(tool, str) or not tool:
+        return (
+            data,
+            'the reply named no tool: reply {"tool": ..., "args": {...}} or {"answer": ...}',
+        )
+    if not isinstance(data.get("args", {}), dict):
+        return data, f"the arguments for {tool} must be a JSON object"
+    return data, ""
