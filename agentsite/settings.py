@@ -261,6 +261,10 @@ AGENTSITE_MODEL_CALLS_BURST = int(os.environ.get("AGENTSITE_MODEL_CALLS_BURST", 
 AGENTSITE_RATE_LIMIT_PATIENCE_S = float(os.environ.get("AGENTSITE_RATE_LIMIT_PATIENCE_S", "30"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+# A destructive call past its time limit may still act, so it is never repeated while it may
+# run: its step waits this much longer for the call's own outcome (or its tool's reconcile
+# hook) before it fails as "outcome unknown".
+AGENTSITE_TOOL_OUTCOME_WAIT_S = float(os.environ.get("AGENTSITE_TOOL_OUTCOME_WAIT_S", "300"))
 # A larger result (as JSON text) fails its step: it would be stored three times, pushed to
 # every watching browser and put into the answer prompt.
 AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
 
-from plans.engine import args_sha256
+from plans.engine import args_match_sha256
 
 
 class MillisecondsBetween(Func):
@@ -222,6 +222,13 @@ class Step(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    reused_from = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Where its result came from when an identical pure call was reused, not rerun.",
+    )
 
     class Meta:
         constraints = [
@@ -286,7 +293,7 @@ class Approval(models.Model):
         return (
             self.decision == self.Decision.APPROVED
             and self.tool == tool
-            and self.args_sha256 == args_sha256(tool, args)
+            and args_match_sha256(self.args_sha256, tool, args)
         )
 
 
@@ -359,6 +366,10 @@ class ToolCall(models.Model):
     idempotency_key = models.CharField(max_length=64)
     started_at = models.DateTimeField()
     duration_ms = models.FloatField()
+    # A call given up on as timed out may still finish: what it returned, and when, if it did.
+    late_result = models.JSONField(null=True, blank=True)
+    late_error = models.TextField(blank=True, default="", db_default="")
+    late_arrived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -37,6 +37,7 @@ class Batch:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    late_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +78,11 @@ class RunRecorder:
         """A ToolCall row, given as column attributes (run_id, step_id, ...); text is redacted."""
         self._touch()
         self._batch.tool_calls.append(row)
+
+    def tool_call_late(self, *, step_id: int, attempt: int, **late: Any) -> None:
+        """What a call given up on as timed out returned after all (late_result, ...)."""
+        self._touch()
+        self._batch.late_tool_calls.append({"step_id": step_id, "attempt": attempt, **late})
 
     def model_call(self, call: ModelCall) -> None:
         self._touch()
@@ -235,6 +241,8 @@ class _Writer:
             for fields, rows in _by_fields(batch.steps).items():
                 update_rows(Step, rows, fields)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
+            for late in batch.late_tool_calls:
+                _record_late(late)
             insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
@@ -251,6 +259,7 @@ def _merged(batches: list[Batch]) -> Batch:
         for step in batch.steps:
             steps.setdefault(step["id"], {}).update(step)
         merged.tool_calls += batch.tool_calls
+        merged.late_tool_calls += batch.late_tool_calls
         merged.model_calls += batch.model_calls
         merged.approvals += batch.approvals
         merged.run_fields.update(batch.run_fields)
@@ -273,6 +282,15 @@ def _by_fields(steps: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[s
         fields = tuple(sorted(name for name in step if name != "id"))
         groups.setdefault(fields, []).append(step)
     return groups
+
+
+def _record_late(late: dict[str, Any]) -> None:
+    result = late["late_result"]
+    ToolCall.objects.filter(step_id=late["step_id"], attempt=late["attempt"]).update(
+        late_result=None if result is None else redacted_json(result)[0],
+        late_error=redact(late["late_error"]),
+        late_arrived_at=late["late_arrived_at"],
+    )
 
 
 def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:

@@ -546,7 +546,7 @@ def _steps(
                         "args": resolved,
                         "result": result if state == "succeeded" else None,
                         "error": reason if state == "failed" else "",
-                        "idempotency_key": idempotency_key(tool, resolved),
+                        "idempotency_key": idempotency_key(tool, resolved, run_id=run_id, step=""),
                         "started_at": step_start,
                         "duration_ms": took.total_seconds() * 1000,
                     },
