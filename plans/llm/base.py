@@ -54,6 +54,25 @@ class Completion:
     usage: Usage
     model: str
     latency_ms: int
+    # Why the model stopped: "end_turn", "max_tokens", "refusal", ...; "" when not reported.
+    stop_reason: str = ""
+
+    @property
+    def incomplete(self) -> str:
+        """Why the reply is not a whole answer ("" if it is): cut off, refused, or no text."""
+        if self.stop_reason == "max_tokens":
+            return "the reply was cut off at its max_tokens limit"
+        if self.stop_reason == "refusal":
+            return "the model refused (stop reason: refusal)"
+        if self.stop_reason in ("tool_use", "pause_turn"):
+            return (
+                "the model stopped to use a tool instead of replying "
+                f"(stop reason: {self.stop_reason})"
+            )
+        if not self.text.strip():
+            reason = f" (stop reason: {self.stop_reason})" if self.stop_reason else ""
+            return f"the reply had no text{reason}"
+        return ""
 
 
 class ModelError(Exception):

@@ -255,6 +255,17 @@ class RunAdvancer:
             return False
         self.run.answer = redact(storable(completion.text))
         self.recorder.run_changed(answer=self.run.answer)
+        incomplete = completion.incomplete
+        if incomplete:
+            # Not an answer to bank on: the partial text stays on record, the run is not done.
+            self.recorder.event(
+                "answer_incomplete",
+                text=self.run.answer,
+                reason=incomplete,
+                stop_reason=completion.stop_reason,
+            )
+            self._fail(f"the answer is incomplete: {incomplete}")
+            return False
         self.recorder.event("answer_finished", text=self.run.answer)
         return True
 
