@@ -336,6 +336,11 @@ class ModelCall(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     cache_read_tokens = models.PositiveIntegerField(default=0)
     cache_write_tokens = models.PositiveIntegerField(default=0)
+    cache_write_1h_tokens = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="The part of the cache writes kept for one hour."
+    )
+    web_search_requests = models.PositiveIntegerField(default=0, db_default=0)
+    web_fetch_requests = models.PositiveIntegerField(default=0, db_default=0)
     prices = models.JSONField(help_text="USD per million tokens charged for this call.")
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8)
     latency_ms = models.PositiveIntegerField()

@@ -221,13 +221,22 @@ def _cited(block: Any) -> bool:
 
 
 def message_usage(message: Any) -> Usage:
-    """Token usage of a Message; absent cache counts are zero."""
+    """Token usage of a Message; absent cache counts are zero.
+
+    One-hour cache writes (usage.cache_creation) are priced apart from five-minute ones, and
+    server tool use (web search, web fetch) is counted per request.
+    """
     usage = message.usage
+    split = getattr(usage, "cache_creation", None)
+    server = getattr(usage, "server_tool_use", None)
     return Usage(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
         cache_read_tokens=usage.cache_read_input_tokens or 0,
         cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        cache_write_1h_tokens=(getattr(split, "ephemeral_1h_input_tokens", 0) or 0),
+        web_search_requests=(getattr(server, "web_search_requests", 0) or 0),
+        web_fetch_requests=(getattr(server, "web_fetch_requests", 0) or 0),
     )
 
 

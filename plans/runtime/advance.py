@@ -380,6 +380,9 @@ class RunAdvancer:
             cost_usd=cost,
             latency_ms=latency_ms,
             error=error,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens if usage else 0,
+            web_search_requests=usage.web_search_requests if usage else 0,
+            web_fetch_requests=usage.web_fetch_requests if usage else 0,
             **tokens,
         )
         run = self.run

@@ -373,3 +373,17 @@ def test_a_stream_that_fails_after_it_began_keeps_that_attempts_usage_when_retri
     assert completion.text == "ok" and len(server.requests) == 2
     assert completion.usage.input_tokens == 1400  # both attempts were billed for their input
     assert completion.stop_reason == "end_turn"
+
+
+def test_one_hour_cache_writes_and_server_tool_use_are_read_from_the_usage():
+    reply = message(
+        PLAN_TEXT,
+        cache_creation_input_tokens=1500,
+        cache_creation={"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000},
+        server_tool_use={"web_search_requests": 2, "web_fetch_requests": 1},
+    )
+
+    usage = model_for(Server(reply)).complete(plan_request()).usage
+
+    assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (1500, 1000)
+    assert (usage.web_search_requests, usage.web_fetch_requests) == (2, 1)
