@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ transfers: list[tuple[str, str, int]] = []
 # The slow bank's reply is held until a test releases it (after the executor gave up waiting).
 bank_reply = threading.Event()
 reviewer_id: list[int] = []  # who approve_waiting approves as
+on_nap: Callable[[], None] | None = None  # what a test has happen as a nap ends
 _lock = threading.Lock()
 
 
@@ -65,6 +67,8 @@ def nap(seconds: float) -> float:
     """Sleep, then say how long (impure: each call is a nap of its own)."""
     _count("nap")
     time.sleep(seconds)
+    if on_nap is not None:
+        on_nap()
     return seconds
 
 

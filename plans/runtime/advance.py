@@ -328,6 +328,8 @@ class RunAdvancer:
         if limited:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
             return self._fail(f"model call for {request.purpose} not made: {limited}")
+        if self.lease.past_deadline():
+            raise LeaseLost(f"run {run.pk}: lease {self.lease.token} is past its deadline")
         started = time.perf_counter()
         billed = None
         try:

@@ -229,6 +229,7 @@ class _Writer:
     def _commit(self, batch: Batch) -> None:
         lease = self.lease
         assert lease is not None, "a batch was submitted outside begin() and end()"
+        started = time.monotonic()
         fields = {
             "lease_expires_at": timezone.now() + timedelta(seconds=lease.seconds),
             **batch.run_fields,
@@ -246,6 +247,7 @@ class _Writer:
             insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+        lease.extend_from(started)  # the fenced commit renewed the lease
 
 
 def _merged(batches: list[Batch]) -> Batch:

@@ -349,6 +349,10 @@ class StepsExecution:
         approval: Approval | None,
         pool: ToolThreads,
     ) -> None:
+        if self.lease.past_deadline():
+            # Paused past the lease (or its keeper found it lost): another worker may hold
+            # the run now, so nothing more may start here.
+            raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} is past its deadline")
         step.status = Step.Status.RUNNING
         step.attempts += 1
         step.started_at = timezone.now()
