@@ -346,6 +346,15 @@ class ModelCall(models.Model):
     latency_ms = models.PositiveIntegerField()
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Recorded as started (at its estimate) before a billed call is made, and finished after;
+    # one a dead worker left started is marked interrupted and still counts at its estimate.
+    state = models.CharField(
+        max_length=12,
+        choices=[("started", "started"), ("finished", "finished"), ("interrupted", "interrupted")],
+        default="finished",
+        db_default="finished",
+    )
+    estimated_usd = models.DecimalField(max_digits=14, decimal_places=8, default=0, db_default=0)
 
     class Meta:
         indexes = [

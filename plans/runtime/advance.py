@@ -112,6 +112,7 @@ class RunAdvancer:
 
     def advance(self) -> str:
         run = self.run
+        self._count_interrupted_model_calls()
         plan_row = plan_current(run)
         if plan_row is None:
             if not self._plan():
@@ -330,6 +331,7 @@ class RunAdvancer:
             return self._fail(f"model call for {request.purpose} not made: {limited}")
         if self.lease.past_deadline():
             raise LeaseLost(f"run {run.pk}: lease {self.lease.token} is past its deadline")
+        call = self._model_call_started(request, prices, estimate)
         started = time.perf_counter()
         billed = None
         try:
@@ -343,13 +345,55 @@ class RunAdvancer:
             logger.exception("run %s: the %s model call raised", run.pk, request.purpose)
             message = error_text(exc)
         else:
-            self._record_model_call(request, completion, prices, completion.latency_ms)
+            self._record_model_call(call, request, completion, prices, completion.latency_ms)
             return completion
         latency = int((time.perf_counter() - started) * 1000)
         self._record_model_call(
-            request, None, prices, latency_ms=latency, error=message, billed=billed
+            call, request, None, prices, latency_ms=latency, error=message, billed=billed
         )
         return self._fail(f"model call for {request.purpose} failed: {message}")
+
+    def _model_call_started(
+        self, request: ModelRequest, prices: dict[str, float], estimate: Decimal
+    ) -> ModelCall:
+        """The call, on record at its estimate before it is made if it may be billed at all:
+        a worker dying mid-call leaves a row that budgets and caps count."""
+        call = ModelCall(
+            run_id=self.run.pk,
+            purpose=request.purpose,
+            model=request.model,
+            prices=prices,
+            cost_usd=estimate,
+            estimated_usd=estimate,
+            latency_ms=0,
+            state="started",
+        )
+        if estimate > 0:  # a free model (offline) bills nothing a crash could hide
+            self.recorder.model_call_started(call)
+            self.recorder.event("model_call_started", purpose=request.purpose, model=call.model)
+            self.recorder.flush(wait=True)
+        return call
+
+    def _count_interrupted_model_calls(self) -> None:
+        """Calls a dead worker left started: billed by the provider, counted at their estimate."""
+        left = list(ModelCall.objects.filter(run_id=self.run.pk, state="started"))
+        if not left:
+            return
+        run = self.run
+        for call in left:
+            call.state = "interrupted"
+            call.error = "the worker stopped during the call; counted at its estimate"
+            run.cost_usd += call.cost_usd
+            run.model_call_count += 1
+            self.recorder.model_call(call)
+            self.recorder.event(
+                "model_call_interrupted",
+                purpose=call.purpose,
+                model=call.model,
+                cost_usd=str(call.cost_usd),
+                error=call.error,
+            )
+        self.recorder.run_changed(cost_usd=run.cost_usd, model_call_count=run.model_call_count)
 
     def _fail(self, error: str) -> None:
         """End the run as failed, saying why."""
@@ -359,6 +403,7 @@ class RunAdvancer:
 
     def _record_model_call(
         self,
+        call: ModelCall,
         request: ModelRequest,
         completion: Completion | None,
         prices: dict[str, float],
@@ -374,19 +419,16 @@ class RunAdvancer:
             "cache_write_tokens": usage.cache_write_tokens if usage else 0,
         }
         cost = cost_usd(usage, prices) if usage else Decimal(0)
-        call = ModelCall(
-            run_id=self.run.pk,
-            purpose=request.purpose,
-            model=completion.model if completion else request.model,
-            prices=prices,
-            cost_usd=cost,
-            latency_ms=latency_ms,
-            error=error,
-            cache_write_1h_tokens=usage.cache_write_1h_tokens if usage else 0,
-            web_search_requests=usage.web_search_requests if usage else 0,
-            web_fetch_requests=usage.web_fetch_requests if usage else 0,
-            **tokens,
-        )
+        call.model = completion.model if completion else request.model
+        call.cost_usd = cost
+        call.latency_ms = latency_ms
+        call.error = error
+        call.state = "finished"
+        call.cache_write_1h_tokens = usage.cache_write_1h_tokens if usage else 0
+        call.web_search_requests = usage.web_search_requests if usage else 0
+        call.web_fetch_requests = usage.web_fetch_requests if usage else 0
+        for name, value in tokens.items():
+            setattr(call, name, value)
         run = self.run
         for name, value in tokens.items():
             setattr(run, name, getattr(run, name) + value)

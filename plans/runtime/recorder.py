@@ -39,6 +39,7 @@ class Batch:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     late_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
+    started_model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
@@ -85,8 +86,14 @@ class RunRecorder:
         self._batch.late_tool_calls.append({"step_id": step_id, "attempt": attempt, **late})
 
     def model_call(self, call: ModelCall) -> None:
+        """A finished model call: a new row, or the update of the row recorded as started."""
         self._touch()
         self._batch.model_calls.append(call)
+
+    def model_call_started(self, call: ModelCall) -> None:
+        """A model call about to be made; its row (and pk) exist once this is committed."""
+        self._touch()
+        self._batch.started_model_calls.append(call)
 
     def approval_requested(self, approval: Approval) -> None:
         self._touch()
@@ -244,7 +251,15 @@ class _Writer:
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
             for late in batch.late_tool_calls:
                 _record_late(late)
-            insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
+            for call in batch.started_model_calls:
+                call.save()
+            insert_rows(
+                ModelCall, [_model_call_row(call) for call in batch.model_calls if call.pk is None]
+            )
+            for call in batch.model_calls:
+                if call.pk is not None:
+                    row = _model_call_row(call)
+                    ModelCall.objects.filter(pk=call.pk).update(**row)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
         lease.extend_from(started)  # the fenced commit renewed the lease
@@ -263,6 +278,7 @@ def _merged(batches: list[Batch]) -> Batch:
         merged.tool_calls += batch.tool_calls
         merged.late_tool_calls += batch.late_tool_calls
         merged.model_calls += batch.model_calls
+        merged.started_model_calls += batch.started_model_calls
         merged.approvals += batch.approvals
         merged.run_fields.update(batch.run_fields)
     merged.steps = list(steps.values())
