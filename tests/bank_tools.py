@@ -6,11 +6,15 @@ reset by the tests' fixture.
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, TypedDict
+from uuid import UUID
 
 from plans.tools import tool
 
@@ -148,3 +152,49 @@ def approve_waiting() -> str:
         return "nothing to approve"
     finally:
         connection.close()
+
+
+class Room(enum.Enum):
+    SINGLE = "single"
+    DOUBLE = "double"
+
+
+class Guest(TypedDict):
+    name: str
+    born: date
+
+
+@dataclass
+class Stay:
+    check_in: date
+    nights: int = 1
+
+
+received: list[dict[str, Any]] = []
+
+
+@tool
+def book_room(
+    day: date,
+    arrival: datetime,
+    deposit: Decimal,
+    reference: UUID,
+    room: Room,
+    guest: Guest,
+    stay: Stay,
+    extra_days: list[date] | None = None,
+) -> dict:
+    """Book a room (receives each argument as its Python type)."""
+    received.append(
+        {
+            "day": day,
+            "arrival": arrival,
+            "deposit": deposit,
+            "reference": reference,
+            "room": room,
+            "guest": guest,
+            "stay": stay,
+            "extra_days": extra_days,
+        }
+    )
+    return {"booked": day.isoformat(), "room": room.value, "deposit": str(deposit)}

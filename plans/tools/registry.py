@@ -14,7 +14,7 @@ from typing import Any, overload
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from plans.tools.schema import IDEMPOTENCY_PARAM, derive
+from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
 
@@ -39,10 +39,15 @@ class ToolSpec:
     # For a destructive tool: reconcile(idempotency_key) -> the call's result if its effect is
     # known to have happened, None if not known (yet). Asked after a call timed out.
     reconcile: Callable[[str], Any] | None = None
+    # Parameters whose JSON value is turned into the hinted type (date, Decimal, dataclass...).
+    converters: Mapping[str, Converter] = field(default_factory=dict)
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
         kwargs = dict(args)
+        for name, convert in self.converters.items():
+            if name in kwargs:
+                kwargs[name] = convert(kwargs[name])
         if self.takes_idempotency_key:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
         result = self.fn(**kwargs)
@@ -145,6 +150,7 @@ def tool(
             retryable=retry_on,
             pure=pure,
             reconcile=reconcile,
+            converters=derived.converters,
         )
         _declare(spec)
         func.tool_spec = spec  # type: ignore[attr-defined]
