@@ -3,11 +3,14 @@
 The tools are a user's own (tests/bank_tools.py), written the usual way, not the built-in demos.
 """
 
+import threading
+import time
+
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from plans.models import Approval, RunEvent, Step, ToolCall
-from plans.runtime import steps as steps_module
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_summary
@@ -141,26 +144,36 @@ def test_a_pure_result_is_not_reused_across_a_destructive_step_that_ran_after_it
     assert (steps[3].reused_from, steps[4].reused_from) == ("", "step 3")
 
 
+def reply_once_the_call_timed_out(run):
+    """The bank's slow reply comes only after the executor recorded the call as timed out."""
+
+    def watch():
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if RunEvent.objects.filter(run=run, kind="step_outcome_unknown").exists():
+                    break
+                time.sleep(0.01)
+        finally:
+            bank_tools.bank_reply.set()
+            connection.close()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def test_a_timed_out_destructive_call_is_not_repeated_while_it_may_still_act(
-    author, reviewer, monkeypatch, client
+    author, reviewer, client
 ):
-    # The bank answers only once the executor has given the call up as timed out.
-    wait_for_outcome = steps_module.StepsExecution._wait_for_outcome
-
-    def then_the_bank_replies(self, step, call):
-        wait_for_outcome(self, step, call)
-        bank_tools.bank_reply.set()
-
-    monkeypatch.setattr(steps_module.StepsExecution, "_wait_for_outcome", then_the_bank_replies)
     run = start(
         author,
         [{"id": 1, "tool": "slow_transfer", "args": {"source": "A", "target": "B", "amount": 30}}],
     )
+    reply_once_the_call_timed_out(run)
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
 
+    assert bank_tools.accounts == {"A": 70, "B": 30}  # moved 30, once
     step = steps_of(run)[1]
     (call,) = ToolCall.objects.filter(step=step)
-    assert bank_tools.accounts == {"A": 70, "B": 30}  # moved 30, once
     assert bank_tools.calls["slow_transfer"] == 1
     assert step.status == "succeeded" and step.result["moved"] == 30
     assert call.error.startswith("timed out after 0.2s")
@@ -218,3 +231,14 @@ def test_two_runs_identical_approved_transfers_both_happen(author, reviewer):
     assert bank_tools.accounts == {"A": 80, "B": 20}
     keys = set(ToolCall.objects.filter(tool="transfer").values_list("idempotency_key", flat=True))
     assert len(keys) == 2
+
+
+def test_two_runs_identical_approved_emails_both_send(author, reviewer):
+    from django.core import mail
+
+    email = {"to": "ops@example.com", "subject": "Stock alert", "body": "Reorder AirPods 4"}
+    for _ in range(2):
+        run = start(author, [{"id": 1, "tool": "send_email", "args": email}])
+        approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+
+    assert len(mail.outbox) == 2
