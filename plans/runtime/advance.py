@@ -376,7 +376,7 @@ class RunAdvancer:
 
     def _count_interrupted_model_calls(self) -> None:
         """Calls a dead worker left started: billed by the provider, counted at their estimate."""
-        left = list(ModelCall.objects.filter(run_id=self.run.pk, state="started"))
+        left = rows_where(ModelCall, run=self.run.pk, state="started")  # prepared: every advance
         if not left:
             return
         run = self.run
