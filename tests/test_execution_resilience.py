@@ -228,3 +228,19 @@ def test_a_repeated_destructive_call_that_is_declined_does_not_happen_again(auth
 
     assert len(mail.outbox) == 1
     assert Step.objects.get(plan__run=run, step_id=2).status == "blocked"
+
+
+def test_a_timed_out_call_that_answers_after_the_run_ended_is_still_put_on_record(author):
+    import time
+
+    run, steps = run_steps(author, [{"id": 1, "tool": "hang", "args": {"label": "late"}}])
+    assert run.status == "failed" and steps[1].error == "timed out after 0.2s"
+
+    support_tools.hang_release.set()  # the abandoned call now returns
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        call = ToolCall.objects.get(step=steps[1])
+        if call.late_arrived_at is not None:
+            break
+        time.sleep(0.01)
+    assert call.late_result == "late" and call.late_arrived_at > call.started_at

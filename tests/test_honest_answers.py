@@ -7,6 +7,7 @@ import json
 
 import httpx2
 import pytest
+from django.urls import reverse
 
 from plans.llm.anthropic_model import AnthropicModel
 from plans.models import ModelCall, Plan, Run, RunEvent
@@ -77,7 +78,7 @@ def claude(settings, monkeypatch):
     ids=["cut-off", "refused", "no-text"],
 )
 def test_an_answer_that_is_not_whole_ends_the_run_not_completed_keeping_the_partial_text(
-    author, claude, deltas, stop_reason, reason
+    author, claude, deltas, stop_reason, reason, client
 ):
     claude(streamed(deltas, stop_reason=stop_reason))
     run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=PLAN)
@@ -92,6 +93,9 @@ def test_an_answer_that_is_not_whole_ends_the_run_not_completed_keeping_the_part
     assert event.payload["stop_reason"] == stop_reason
     assert not RunEvent.objects.filter(run=run, kind="answer_finished").exists()
     assert ModelCall.objects.get(run=run, purpose="answer").output_tokens == 9
+    client.force_login(author)
+    page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
+    assert "the answer is incomplete:" in page and "".join(deltas) in page
 
 
 def test_a_whole_answer_still_completes_the_run(author, claude):

@@ -250,7 +250,7 @@ class _Writer:
                 update_rows(Step, rows, fields)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
             for late in batch.late_tool_calls:
-                _record_late(late)
+                record_late_tool_call(**late)
             for call in batch.started_model_calls:
                 call.save()
             insert_rows(
@@ -302,12 +302,14 @@ def _by_fields(steps: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[s
     return groups
 
 
-def _record_late(late: dict[str, Any]) -> None:
-    result = late["late_result"]
-    ToolCall.objects.filter(step_id=late["step_id"], attempt=late["attempt"]).update(
-        late_result=None if result is None else redacted_json(result)[0],
-        late_error=redact(late["late_error"]),
-        late_arrived_at=late["late_arrived_at"],
+def record_late_tool_call(
+    *, step_id: int, attempt: int, late_result: Any, late_error: str, late_arrived_at: Any
+) -> None:
+    """What a call given up on as timed out returned after all, on its ToolCall row (redacted)."""
+    ToolCall.objects.filter(step_id=step_id, attempt=attempt).update(
+        late_result=None if late_result is None else redacted_json(late_result)[0],
+        late_error=redact(late_error),
+        late_arrived_at=late_arrived_at,
     )
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 import queue
 import random
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,7 @@ from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_request,
 )
+from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.services.plans import (
     declined_calls,
@@ -188,6 +190,9 @@ class StepsExecution:
         # Calls given up on whose late outcome is still recorded if it comes: call -> step id.
         self.abandoned: dict[Call, int] = {}
         self.reconciles: dict[Call, int] = {}  # a tool's reconcile hook at work -> step id
+        # Set once the loop has ended: replies then go on record directly (under late_lock).
+        self.closed = False
+        self.late_lock = threading.Lock()
         # Bumped whenever a destructive call starts or ends: a pure call's result may be reused
         # only if no effect could have happened since that call started.
         self.effects = 0
@@ -227,6 +232,56 @@ class StepsExecution:
 
     def execute(self) -> bool:
         """Run until every step finished (False) or only approvals remain (True: parked)."""
+        try:
+            return self._execute()
+        finally:
+            if self.abandoned:
+                self._hand_over_late_calls()
+
+    def _reply(self, call: Call) -> None:
+        """A tool thread's call is done: to the loop, or on record directly once it has ended."""
+        if not self.closed:
+            self.completed.put(call)
+            return
+        with self.late_lock:
+            if not self.closed:
+                self.completed.put(call)
+                return
+        self._record_late_directly(call)
+
+    def _hand_over_late_calls(self) -> None:
+        """The loop ends with calls still out: their late outcomes are recorded as they come."""
+        with self.late_lock:
+            self.closed = True
+        while True:
+            try:
+                call = self.completed.get_nowait()
+            except queue.Empty:
+                return
+            self._record_late_directly(call)
+
+    def _record_late_directly(self, call: Call) -> None:
+        """On the calling thread, outside the run's recorder (its lease may be gone): the
+        late outcome of a call given up on goes onto its ToolCall row, as a fact of record."""
+        step_id = self.abandoned.get(call)
+        attempt = self.overdue.get(call)
+        if step_id is None or attempt is None:
+            return
+        outcome = call.result()
+        try:
+            record_late_tool_call(
+                step_id=self.steps[step_id].pk,
+                attempt=attempt,
+                late_result=outcome.result,
+                late_error=outcome.error,
+                late_arrived_at=timezone.now(),
+            )
+        except Exception:
+            logger.exception("the late outcome of %s could not be recorded", self.steps[step_id])
+        finally:
+            connection.close()
+
+    def _execute(self) -> bool:
         pool = self.pool
         last_poll = time.monotonic()
         while True:
@@ -385,7 +440,7 @@ class StepsExecution:
             args,
             key=key,
             approval=approval,
-            reply=self.completed.put,
+            reply=self._reply,
         )
         self.inflight[call] = step.step_id
         self.calls[step.step_id] = (spec, args, approval)
