@@ -239,10 +239,40 @@ AGENTSITE_MODEL_TIMEOUT_S = 60.0
 
 # USD per million tokens. Each model call stores the prices it was charged at.
 AGENTSITE_MODEL_PRICES = {
-    "claude-sonnet-5-5": {"input": 3.00, "output": 15.00, "cache_read": 0.30, "cache_write": 3.75},
-    "claude-opus-4-5": {"input": 5.00, "output": 25.00, "cache_read": 0.50, "cache_write": 6.25},
-    "claude-haiku-4-5": {"input": 1.00, "output": 5.00, "cache_read": 0.10, "cache_write": 1.25},
-    "offline": {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0},
+    # USD per million tokens; cache_write is the five-minute write, cache_write_1h the one-hour
+    # write; web_search is USD per thousand server-side web searches.
+    "claude-sonnet-5-5": {
+        "input": 3.00,
+        "output": 15.00,
+        "cache_read": 0.30,
+        "cache_write": 3.75,
+        "cache_write_1h": 6.00,
+        "web_search": 10.00,
+    },
+    "claude-opus-4-5": {
+        "input": 5.00,
+        "output": 25.00,
+        "cache_read": 0.50,
+        "cache_write": 6.25,
+        "cache_write_1h": 10.00,
+        "web_search": 10.00,
+    },
+    "claude-haiku-4-5": {
+        "input": 1.00,
+        "output": 5.00,
+        "cache_read": 0.10,
+        "cache_write": 1.25,
+        "cache_write_1h": 2.00,
+        "web_search": 10.00,
+    },
+    "offline": {
+        "input": 0.0,
+        "output": 0.0,
+        "cache_read": 0.0,
+        "cache_write": 0.0,
+        "cache_write_1h": 0.0,
+        "web_search": 0.0,
+    },
 }
 
 AGENTSITE_MAX_PLAN_STEPS = int(os.environ.get("AGENTSITE_MAX_PLAN_STEPS", "5"))
@@ -265,6 +295,10 @@ AGENTSITE_MODEL_CALLS_BURST = int(os.environ.get("AGENTSITE_MODEL_CALLS_BURST", 
 AGENTSITE_RATE_LIMIT_PATIENCE_S = float(os.environ.get("AGENTSITE_RATE_LIMIT_PATIENCE_S", "30"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+# A destructive call past its time limit may still act, so it is never repeated while it may
+# run: its step waits this much longer for the call's own outcome (or its tool's reconcile
+# hook) before it fails as "outcome unknown".
+AGENTSITE_TOOL_OUTCOME_WAIT_S = float(os.environ.get("AGENTSITE_TOOL_OUTCOME_WAIT_S", "300"))
 # A larger result (as JSON text) fails its step: it would be stored three times, pushed to
 # every watching browser and put into the answer prompt.
 AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))

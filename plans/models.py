@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
 
-from plans.engine import args_sha256
+from plans.engine import args_match_sha256
 
 
 class MillisecondsBetween(Func):
@@ -249,6 +249,13 @@ class Step(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    reused_from = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Where its result came from when an identical pure call was reused, not rerun.",
+    )
 
     class Meta:
         constraints = [
@@ -321,7 +328,7 @@ class Approval(models.Model):
         return (
             self.decision == self.Decision.APPROVED
             and self.tool == tool
-            and self.args_sha256 == args_sha256(tool, args)
+            and args_match_sha256(self.args_sha256, tool, args)
         )
 
 
@@ -344,14 +351,19 @@ class RunEvent(models.Model):
         STEP_STARTED = "step_started"
         STEP_RETRYING = "step_retrying"
         STEP_OUTCOME_UNKNOWN = "step_outcome_unknown"
+        STEP_RECONCILED = "step_reconciled"  # a timed-out call's outcome, found by its key
+        TOOL_CALL_LATE = "tool_call_late"  # a timed-out call's own outcome, arriving after
         STEP_FINISHED = "step_finished"
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
         RUN_PARKED = "run_parked"
+        MODEL_CALL_STARTED = "model_call_started"
         MODEL_CALL = "model_call"
+        MODEL_CALL_INTERRUPTED = "model_call_interrupted"
         RATE_LIMITED = "rate_limited"
         REPLAN_STARTED = "replan_started"
         ANSWER_FINISHED = "answer_finished"
+        ANSWER_INCOMPLETE = "answer_incomplete"
         BUDGET_EXHAUSTED = "budget_exhausted"
         CANCEL_REQUESTED = "cancel_requested"
         RUN_FINISHED = "run_finished"
@@ -380,6 +392,11 @@ class RunEvent(models.Model):
 class ModelCall(models.Model):
     """One call to a language model, with the usage and the prices it was charged at."""
 
+    class State(models.TextChoices):
+        STARTED = "started"  # on record before it is made, at its estimate
+        FINISHED = "finished"
+        INTERRUPTED = "interrupted"  # its worker died during it: counted at its estimate
+
     class Purpose(models.TextChoices):
         PLAN = "plan"
         REPLAN = "replan"
@@ -393,11 +410,25 @@ class ModelCall(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     cache_read_tokens = models.PositiveIntegerField(default=0)
     cache_write_tokens = models.PositiveIntegerField(default=0)
+    cache_write_1h_tokens = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="The part of the cache writes kept for one hour."
+    )
+    web_search_requests = models.PositiveIntegerField(default=0, db_default=0)
+    web_fetch_requests = models.PositiveIntegerField(default=0, db_default=0)
     prices = models.JSONField(help_text="USD per million tokens charged for this call.")
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8)
     latency_ms = models.PositiveIntegerField()
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Recorded as started (at its estimate) before a billed call is made, and finished after;
+    # one a dead worker left started is marked interrupted and still counts at its estimate.
+    state = models.CharField(
+        max_length=12,
+        choices=State,
+        default=State.FINISHED,
+        db_default=State.FINISHED,
+    )
+    estimated_usd = models.DecimalField(max_digits=14, decimal_places=8, default=0, db_default=0)
 
     class Meta:
         indexes = [
@@ -423,6 +454,10 @@ class ToolCall(models.Model):
     idempotency_key = models.CharField(max_length=64)
     started_at = models.DateTimeField()
     duration_ms = models.FloatField()
+    # A call given up on as timed out may still finish: what it returned, and when, if it did.
+    late_result = models.JSONField(null=True, blank=True)
+    late_error = models.TextField(blank=True, default="", db_default="")
+    late_arrived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

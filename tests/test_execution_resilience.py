@@ -78,7 +78,7 @@ def test_a_call_past_its_time_limit_becomes_a_timed_out_observation(author):
     assert run.answer
 
 
-def test_a_destructive_call_that_times_out_is_reconciled_with_its_key_and_happens_once(
+def test_a_destructive_call_that_times_out_is_awaited_not_repeated_and_its_late_result_kept(
     author, reviewer
 ):
     plan = {"steps": [{"id": 1, "tool": "slow_charge", "args": {"account": "X", "amount": 5}}]}
@@ -87,12 +87,14 @@ def test_a_destructive_call_that_times_out_is_reconciled_with_its_key_and_happen
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
 
     step = Step.objects.get(plan__run=run, step_id=1)
-    calls = list(ToolCall.objects.filter(step=step).order_by("attempt"))
-    assert step.status == "succeeded"
+    (call,) = ToolCall.objects.filter(step=step)
+    assert step.status == "succeeded" and step.result == call.late_result
     assert LedgerEntry.objects.filter(kind="charge").count() == 1
-    assert [c.error for c in calls] == ["timed out after 0.3s", ""]
-    assert calls[0].idempotency_key == calls[1].idempotency_key
+    assert call.error == "timed out after 0.3s; outcome unknown, awaited"
+    assert call.late_result["charged"] == 5
+    assert call.late_arrived_at > call.started_at
     assert RunEvent.objects.filter(run=run, kind="step_outcome_unknown").count() == 1
+    assert RunEvent.objects.filter(run=run, kind="tool_call_late").count() == 1
 
 
 def test_a_tool_that_keeps_failing_opens_its_circuit_for_every_run(author, settings):
@@ -168,7 +170,7 @@ def test_a_tool_refusing_its_input_does_not_count_against_its_circuit(author, se
     assert not CircuitBreaker.objects.filter(tool="bad_input", state="open").exists()
 
 
-def test_an_identical_call_later_in_the_run_reuses_the_first_result(author):
+def test_an_identical_call_of_a_tool_not_declared_pure_is_made_again(author):
     run, steps = run_steps(
         author,
         [
@@ -178,9 +180,9 @@ def test_an_identical_call_later_in_the_run_reuses_the_first_result(author):
     )
 
     assert steps[2].status == "succeeded" and steps[2].result == "same"
-    assert ToolCall.objects.filter(run=run, tool="echo").count() == 1
-    reused = RunEvent.objects.get(run=run, kind="step_finished", payload__step=2)
-    assert reused.payload["reused_from"] == "step 1"
+    assert ToolCall.objects.filter(run=run, tool="echo").count() == 2
+    event = RunEvent.objects.get(run=run, kind="step_finished", payload__step=2)
+    assert "reused_from" not in event.payload
 
 
 EMAIL = {"to": "ops@example.com", "subject": "Stock alert", "body": "Reorder AirPods 4"}
@@ -226,3 +228,19 @@ def test_a_repeated_destructive_call_that_is_declined_does_not_happen_again(auth
 
     assert len(mail.outbox) == 1
     assert Step.objects.get(plan__run=run, step_id=2).status == "blocked"
+
+
+def test_a_timed_out_call_that_answers_after_the_run_ended_is_still_put_on_record(author):
+    import time
+
+    run, steps = run_steps(author, [{"id": 1, "tool": "hang", "args": {"label": "late"}}])
+    assert run.status == "failed" and steps[1].error == "timed out after 0.2s"
+
+    support_tools.hang_release.set()  # the abandoned call now returns
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        call = ToolCall.objects.get(step=steps[1])
+        if call.late_arrived_at is not None:
+            break
+        time.sleep(0.01)
+    assert call.late_result == "late" and call.late_arrived_at > call.started_at

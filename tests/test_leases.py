@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -260,3 +261,52 @@ def test_the_keeper_survives_a_renewal_that_fails_and_renews_at_the_next_turn(
     assert not lease.lost.is_set()
     assert f"run {run.pk}: lease {lease.token} not renewed, trying again in 0.4s: " in caplog.text
     assert "database is locked" in caplog.text
+
+
+def test_a_lease_knows_its_own_deadline_from_its_take_and_each_renewal(run):
+    lease = lease_acquire(run.pk, seconds=30)
+    assert not lease.past_deadline()
+
+    lease.valid_until = time.monotonic() - 1  # as if the worker had been paused past it
+    assert lease.past_deadline()
+    assert lease_renew(lease)
+    assert not lease.past_deadline()
+
+
+def test_a_worker_paused_past_its_lease_starts_no_call_before_its_keeper_notices(
+    author, monkeypatch
+):
+    from plans.runtime import advance as advance_module
+    from tests import bank_tools
+
+    monkeypatch.setattr(leases, "lease_renew", lambda lease: True)  # the keeper has not run yet
+    taken = []
+
+    def keep(run_id, **kwargs):
+        lease = lease_acquire(run_id, **kwargs)
+        taken.append(lease)
+        return lease
+
+    monkeypatch.setattr(advance_module, "lease_acquire", keep)
+
+    def pause_past_the_lease():
+        # Step 1's call returns after the worker "slept" past its lease: the monotonic clock
+        # moved on, and the lease in the database expired meanwhile.
+        taken[0].valid_until = time.monotonic() - 0.001
+        expire(Run.objects.get(pk=taken[0].run_id))
+
+    monkeypatch.setattr(bank_tools, "on_nap", pause_past_the_lease, raising=False)
+    bank_tools.reset()
+    from django.conf import settings
+
+    settings.AGENTSITE_TOOL_MODULES = ["tests.bank_tools"]
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "nap", "args": {"seconds": 0}},
+            {"id": 2, "tool": "double", "args": {"number": 2}, "depends_on": [1]},
+        ]
+    }
+    run = run_create(author=author, goal_text="paused", plan_data=plan)
+
+    assert advance_module.advance_run(run.pk) == "lease_lost"
+    assert "double" not in bank_tools.calls  # step 2 never started

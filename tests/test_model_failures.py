@@ -115,3 +115,69 @@ def test_a_run_the_database_keeps_refusing_ends_failed_instead_of_being_retried(
     assert seqs == list(range(1, len(seqs) + 1))
     advance_run(run.pk)  # taken up again, as a sweep would: nothing more happens
     assert Run.objects.get(pk=run.pk).status == "failed"
+
+
+class WorkerKilled(BaseException):
+    """The worker process dying mid-call (nothing after it in that worker runs)."""
+
+
+class DiesDuringTheAnswer(OfflineModel):
+    def complete(self, request, *, on_text=None):
+        if request.purpose == "answer":
+            raise WorkerKilled
+        return super().complete(request, on_text=on_text)
+
+
+def test_a_model_call_is_on_record_before_it_is_made_and_a_dead_workers_call_counts_at_its_estimate(
+    author, settings, monkeypatch, client
+):
+    from django.urls import reverse
+
+    from plans.guards.budgets import author_spent_today
+
+    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
+    settings.ANTHROPIC_API_KEY = "test-key"
+    monkeypatch.setattr(execution, "get_model", DiesDuringTheAnswer)
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
+    run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=plan)
+
+    with pytest.raises(WorkerKilled):
+        advance_run(run.pk)
+
+    call = ModelCall.objects.get(run=run, purpose="answer")
+    assert call.state == "started" and call.cost_usd == call.estimated_usd > 0
+    assert author_spent_today(author.pk) == call.estimated_usd  # the daily cap counts it now
+
+    monkeypatch.setattr(execution, "get_model", OfflineModel)  # a healthy worker takes it up
+    Run.objects.filter(pk=run.pk).update(lease_token=None, lease_expires_at=None)
+    advance_run(run.pk)
+
+    call.refresh_from_db()
+    run.refresh_from_db()
+    assert call.state == "interrupted"
+    assert run.cost_usd >= call.estimated_usd  # the run's budget counts it too
+    assert run.model_call_count == ModelCall.objects.filter(run=run).count()
+    client.force_login(author)
+    audit = client.get(reverse("plans:run_audit", args=[run.pk])).content.decode()
+    assert "interrupted" in audit
+
+
+def test_a_billed_model_call_is_finished_on_its_started_row(author, settings, monkeypatch):
+    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
+    settings.ANTHROPIC_API_KEY = "test-key"
+    client = client_served_by(
+        lambda request: sse(
+            *stream_events(["79,900 INR"], input_usage={"input_tokens": 80}, output_tokens=4)
+        )
+    )
+    model = AnthropicModel(client, sleep=lambda seconds: None)
+    monkeypatch.setattr(execution, "get_model", lambda: model)
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
+    run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=plan)
+
+    assert advance_run(run.pk) == "completed"
+
+    (call,) = ModelCall.objects.filter(run=run)
+    assert call.state == "finished" and call.input_tokens == 80
+    assert 0 < call.cost_usd < call.estimated_usd
+    assert Run.objects.get(pk=run.pk).cost_usd == call.cost_usd

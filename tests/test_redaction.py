@@ -58,3 +58,58 @@ def test_a_card_number_in_a_tool_result_is_not_stored_in_events_or_tool_calls(au
     stored.append(Run.objects.get(pk=run.pk).answer)
     assert not any("4111 1111 1111 1111" in text for text in stored)
     assert any("[redacted card ending 1111]" in text for text in stored)
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        "4111111111111111",  # Visa
+        "4111 1111 1111 1111",
+        "5555-5555-5555-4444",  # Mastercard
+        "2223003122003222",  # Mastercard 2-series
+        "378282246310005",  # American Express
+        "3782 822463 10005",
+        "6011111111111117",  # Discover
+        "3530111333300000",  # JCB
+        "30569309025904",  # Diners Club
+        "6062826786276634",  # UnionPay / RuPay range
+    ],
+)
+def test_real_card_formats_standing_alone_are_redacted(card):
+    last4 = card.replace(" ", "").replace("-", "")[-4:]
+    for text in (card, f"card: {card}.", f"({card})", f'"{card}"', f"paid with {card}, thanks"):
+        assert redact(text) == text.replace(card, f"[redacted card ending {last4}]")
+
+
+def test_digits_after_a_decimal_point_are_not_a_card_number():
+    assert redact("the ratio is 0.42634572865364495") == "the ratio is 0.42634572865364495"
+    assert redact("x = 4111111111111111.5") == "x = 4111111111111111.5"
+    assert redact("1,4111111111111111") == "1,4111111111111111"
+    assert redact("1.4111111111111111e-05") == "1.4111111111111111e-05"
+
+
+def test_a_card_shaped_run_inside_a_longer_run_or_an_id_is_left_alone():
+    assert redact("04111111111111111") == "04111111111111111"
+    assert redact("ref 1Z4111111111111111") == "ref 1Z4111111111111111"
+    assert redact("id ORD-4111111111111111") == "id ORD-4111111111111111"
+    assert redact("file_4111111111111111") == "file_4111111111111111"
+
+
+def test_floats_cents_and_tracking_ids_that_pass_the_checksum_are_not_redacted():
+    import random
+
+    rng = random.Random(12)
+    # Long floats (their repr), amounts in cents, tracking numbers: none may be touched.
+    floats = [repr(rng.random()) for _ in range(2000)] + [
+        repr(rng.random() * 1e6) for _ in range(500)
+    ]
+    cents = [str(rng.randrange(10**12, 10**15)) for _ in range(500)]
+    tracking = ["1Z" + "".join(rng.choice("0123456789") for _ in range(16)) for _ in range(200)]
+    tracking += ["9400" + "".join(rng.choice("0123456789") for _ in range(18)) for _ in range(200)]
+    for text in floats + tracking:
+        assert redact(f"value {text} end") == f"value {text} end"
+    touched = [c for c in cents if redact(c) != c]
+    # A 13-15 digit amount is card-shaped only if a network issues its prefix and length
+    # (and one in ten passes the checksum); a plain long number never starting so is kept.
+    assert all(c[0] in "3456" for c in touched)
+    assert len(touched) < len(cents) / 40

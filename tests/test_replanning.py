@@ -162,6 +162,41 @@ def test_a_failure_leads_to_one_replan_that_keeps_unchanged_results(author, clau
     assert RunEvent.objects.filter(run=run, kind="replan_started").count() == 1
 
 
+def test_a_replan_calls_tools_not_declared_pure_again_and_never_reuses_across_an_effect(
+    author, reviewer, claude, settings
+):
+    from tests import bank_tools
+
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools", "tests.bank_tools"]
+    bank_tools.reset(A=100, B=0)
+    move = {"source": "A", "target": "B", "amount": 30}
+    server = claude(
+        plan(
+            step(1, "now", {}),
+            step(2, "double", {"number": 4}),
+            step(3, "transfer", move),
+            step(4, "explode", {"message": "supplier down"}, [3]),
+        ),
+        plan(
+            step(1, "now", {}),
+            step(2, "double", {"number": 4}),
+            step(3, "balance", {"account": "A"}),
+        ),
+    )
+    run = run_create(author=author, goal_text="Move 30 and report")
+    advance_run(run.pk)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+
+    run.refresh_from_db()
+    v2 = {s.step_id: s for s in run.plans.get(version=2).steps.all()}
+    assert server.purposes == ["plan", "replan", "answer"]
+    assert bank_tools.calls["now"] == 2  # time-dependent: called again in version 2
+    assert v2[1].reused_from == ""
+    # double is pure, but a transfer ran after version 1's call began: not reused.
+    assert bank_tools.calls["double"] == 2 and v2[2].reused_from == ""
+    assert v2[3].result == 70
+
+
 def test_replanning_stops_at_the_limit_and_the_answer_says_what_failed(author, claude, settings):
     settings.AGENTSITE_MAX_REPLANS = 1
     failing = plan(step(1, "explode", {"message": "supplier down"}))

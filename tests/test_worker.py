@@ -256,7 +256,7 @@ def test_a_destructive_step_in_flight_at_the_crash_is_reinvoked_with_its_key_and
 
     entry = LedgerEntry.objects.get()
     args = {"account": "A", "amount": 5, "gate": "g"}
-    assert entry.idempotency_key == idempotency_key("charge", args)
+    assert entry.idempotency_key == idempotency_key("charge", args, run_id=run.pk, step="")
     calls = ToolCall.objects.filter(step=step(run, 1))
     assert [(c.attempt, c.idempotency_key) for c in calls] == [(2, entry.idempotency_key)]
     assert step(run, 1).result == {"charged": 5, "entry": entry.pk}

@@ -512,7 +512,12 @@ def _steps(
                         "args": resolved,
                         "result": result if state == "succeeded" else None,
                         "error": reason if state == "failed" else "",
-                        "idempotency_key": idempotency_key(tool, resolved),
+                        # As the executor keys calls: a destructive one per run and step.
+                        "idempotency_key": (
+                            idempotency_key(tool, resolved, run_id=run_id, step="")
+                            if destructive
+                            else args_sha256(tool, resolved)
+                        ),
                         "started_at": step_start,
                         "duration_ms": took.total_seconds() * 1000,
                     },

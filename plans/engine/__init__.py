@@ -15,12 +15,15 @@ from plans.engine.parsing import MAX_PLANNER_OUTPUT_CHARS, parse_planner_output
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanParseError, PlanStep, Problem
 from plans.engine.policies import (
     Budget,
+    args_match_sha256,
     args_sha256,
     backoff_delay,
     blocked_result,
     budget_problem,
     canonical_json,
     idempotency_key,
+    json_numbers_as_values,
+    legacy_args_sha256,
 )
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import PLACEHOLDER, UnresolvedPlaceholder, placeholder_refs, resolve
@@ -42,6 +45,7 @@ __all__ = [
     "ToolSignature",
     "UnresolvedPlaceholder",
     "ancestors",
+    "args_match_sha256",
     "args_sha256",
     "backoff_delay",
     "blocked_result",
@@ -54,7 +58,9 @@ __all__ = [
     "find_cycle",
     "find_cycles",
     "idempotency_key",
+    "json_numbers_as_values",
     "json_type_name",
+    "legacy_args_sha256",
     "parse_planner_output",
     "placeholder_refs",
     "resolve",

@@ -1,15 +1,19 @@
 """A small JSON-schema subset for checking tool arguments, with messages that name the argument.
 
 Supported keywords: type (one name or a list of them), properties, required,
-additionalProperties (false only), items, enum, minimum, maximum, minLength and maxLength.
+additionalProperties (false only), items, enum, minimum, maximum, minLength, maxLength and
+format (date, date-time, uuid and decimal strings).
 Other keywords are ignored. Booleans are not integers or numbers, and an integral float such
 as 3.0 is a number but not an integer: tools are Python functions that receive the value as is.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import re
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -114,10 +118,66 @@ class _ArgChecker:
                 problems += self.value_problems(item_schema, item, path=f"{path}[{index}]")
             return problems
         if isinstance(value, str):
-            return _length_problems(schema, value, path=path)
+            problems = _length_problems(schema, value, path=path)
+            if "format" in schema:
+                problems += _format_problems(schema["format"], value, path=path)
+            return problems
         if _is_number(value):
             return _range_problems(schema, value, path=path)
         return []
+
+
+def _format_problems(name: Any, value: str, *, path: str) -> list[str]:
+    check = _FORMATS.get(name) if isinstance(name, str) else None
+    if check is None or check[0](value):
+        return []  # an unknown format is not checked
+    return [f"argument {_quote(path)} must be {check[1]}, got {value!r}"]
+
+
+def _is_date(text: str) -> bool:
+    if not _DATE.fullmatch(text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_date_time(text: str) -> bool:
+    if not _DATE_TIME.fullmatch(text):
+        return False
+    try:
+        datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return bool(_UUID.fullmatch(text))
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# RFC 3339: a date, "T", a time, and an offset (Z or +hh:mm), so the instant is unambiguous.
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
+_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "date": (_is_date, "a date written YYYY-MM-DD"),
+    "date-time": (
+        _is_date_time,
+        "a date and time with its UTC offset, written YYYY-MM-DDThh:mm:ss+hh:mm (or Z)",
+    ),
+    "uuid": (_is_uuid, "a UUID"),
+    "decimal": (lambda text: bool(_DECIMAL.fullmatch(text)), "a decimal number"),
+}
 
 
 def _length_problems(schema: Mapping[str, Any], value: str, *, path: str) -> list[str]:

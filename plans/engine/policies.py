@@ -23,15 +23,47 @@ def canonical_json(value: Any) -> str:
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def json_numbers_as_values(value: Any) -> Any:
+    """The value with each integral float written as the integer it equals (1.0 -> 1, -0.0 -> 0).
+
+    JSON numbers are values, not spellings (RFC 8785 writes 1.0 as 1): identical calls must hash
+    alike whichever form a model or a reviewer typed.
+    """
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() else value
+    if kind is dict:
+        return {key: json_numbers_as_values(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [json_numbers_as_values(item) for item in value]
+    return value
+
+
 def args_sha256(tool: str, args: Mapping[str, Any]) -> str:
-    """Hex SHA-256 identifying a call: the tool and its exact arguments."""
+    """Hex SHA-256 identifying a call: the tool and its arguments, numbers compared by value."""
+    payload = canonical_json({"tool": tool, "args": json_numbers_as_values(dict(args))})
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def legacy_args_sha256(tool: str, args: Mapping[str, Any]) -> str:
+    """The hash approvals stored before numbers were compared by value (1.0 and 1 differed)."""
     payload = canonical_json({"tool": tool, "args": dict(args)})
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def idempotency_key(tool: str, args: Mapping[str, Any]) -> str:
-    """The key a side effect is recorded under: identical calls share it, so they happen once."""
-    return args_sha256(tool, args)
+def args_match_sha256(stored: str, tool: str, args: Mapping[str, Any]) -> bool:
+    """Does a stored call hash (current or legacy form) name this exact call?"""
+    return stored == args_sha256(tool, args) or stored == legacy_args_sha256(tool, args)
+
+
+def idempotency_key(tool: str, args: Mapping[str, Any], *, run_id: int, step: str) -> str:
+    """The key a side effect is recorded under: one per run and step identity, so a retry, a
+    reconciliation or a recovery of that step repeats it under the same key, while another run's
+    identical call (approved on its own) gets a key of its own and happens too."""
+    payload = canonical_json(
+        {"run": run_id, "step": step, "call": args_sha256(tool, args)},
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:

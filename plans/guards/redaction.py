@@ -12,8 +12,10 @@ from django.dispatch import receiver
 
 from plans.engine import canonical_json
 
-# 13-19 digits, optionally grouped by spaces or dashes; confirmed with the Luhn checksum.
-CARD_NUMBER = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+# 13-19 digits, optionally grouped by spaces or dashes, standing alone: not the digits of a
+# decimal fraction, a longer run, an exponent or an id mixing letters and digits. Confirmed by
+# a card network's prefix and length, and the Luhn checksum.
+CARD_NUMBER = re.compile(r"(?<![\w.,+-])(?:\d[ -]?){12,18}\d(?![\w-]|[.,]\d)")
 _DIGITS = b"0123456789"
 
 
@@ -62,7 +64,39 @@ def _redact_text(text: str) -> str:
 
 def _card_replacement(match: re.Match[str]) -> str:
     digits = re.sub(r"\D", "", match.group())
-    return f"[redacted card ending {digits[-4:]}]" if _luhn_valid(digits) else match.group()
+    if _card_network_length(digits) and _luhn_valid(digits):
+        return f"[redacted card ending {digits[-4:]}]"
+    return match.group()
+
+
+# Issuer prefixes (as digit-string ranges) and the lengths each network issues.
+_NETWORKS: tuple[tuple[str, str, frozenset[int]], ...] = (
+    ("4", "4", frozenset({13, 16, 19})),  # Visa
+    ("51", "55", frozenset({16})),  # Mastercard
+    ("2221", "2720", frozenset({16})),  # Mastercard 2-series
+    ("34", "34", frozenset({15})),  # American Express
+    ("37", "37", frozenset({15})),
+    ("300", "305", frozenset(range(14, 20))),  # Diners Club
+    ("36", "36", frozenset(range(14, 20))),
+    ("38", "39", frozenset(range(14, 20))),
+    ("3528", "3589", frozenset(range(16, 20))),  # JCB
+    ("6011", "6011", frozenset(range(16, 20))),  # Discover
+    ("644", "649", frozenset(range(16, 20))),
+    ("65", "65", frozenset(range(16, 20))),
+    ("62", "62", frozenset(range(16, 20))),  # UnionPay
+    ("50", "50", frozenset(range(13, 20))),  # Maestro
+    ("56", "69", frozenset(range(13, 20))),
+    ("60", "60", frozenset(range(13, 20))),  # RuPay
+    ("81", "82", frozenset({16})),
+)
+
+
+def _card_network_length(digits: str) -> bool:
+    """Does some card network issue numbers of this prefix and length?"""
+    return any(
+        len(digits) in lengths and low <= digits[: len(low)] <= high
+        for low, high, lengths in _NETWORKS
+    )
 
 
 def _luhn_valid(digits: str) -> bool:

@@ -93,6 +93,8 @@ class AnthropicModel:
     ) -> Completion:
         params = request_params(request)
         attempts = self.max_retries + 1
+        # Usage of attempts that failed after the API began replying: billed, so kept.
+        earlier = Usage()
         for attempt in range(1, attempts + 1):
             shown = _Shown()
             started = time.perf_counter()
@@ -106,20 +108,26 @@ class AnthropicModel:
                 ) from err
             except (anthropic.APIError, httpx2.TransportError) as err:
                 failure = _describe(err)
+                if shown.message is not None:
+                    # The reply had begun (message_start reported its input): billed.
+                    earlier = earlier + message_usage(shown.message)
+                billed = earlier if earlier.total_tokens else None
                 if shown.text:
                     # The caller already showed part of this reply; a retry would repeat it.
-                    # Its input was billed all the same (message_start reported it).
                     raise ModelError(
                         f"The model's streamed reply broke off part-way: {failure.description}",
-                        usage=message_usage(shown.message) if shown.message else None,
+                        usage=billed,
                     ) from err
                 if not failure.retryable:
-                    raise ModelError(f"The model API call failed: {failure.description}") from err
+                    raise ModelError(
+                        f"The model API call failed: {failure.description}", usage=billed
+                    ) from err
                 if attempt == attempts:
                     raise ModelError(
                         f"The model API call failed after {attempts} "
                         f"attempt{'s' if attempts != 1 else ''}; "
-                        f"last error: {failure.description}"
+                        f"last error: {failure.description}",
+                        usage=billed,
                     ) from err
                 delay = self._delay(attempt, failure.retry_after)
                 logger.warning(
@@ -136,9 +144,10 @@ class AnthropicModel:
             latency_ms = round((time.perf_counter() - started) * 1000)
             return Completion(
                 text=text,
-                usage=usage,
+                usage=usage + earlier if earlier.total_tokens else usage,
                 model=request.model,
                 latency_ms=latency_ms,
+                stop_reason=str(getattr(message, "stop_reason", None) or ""),
             )
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
@@ -151,10 +160,12 @@ class AnthropicModel:
         if on_text is None:
             return self.client.messages.create(**params)
         with self.client.messages.stream(**params) as stream:
-            for delta in stream.text_stream:
-                shown.text = True
+            for event in stream:
+                # From message_start on, the reply is billed even if it breaks before any text.
                 shown.message = stream.current_message_snapshot
-                on_text(delta)
+                if event.type == "text":
+                    shown.text = True
+                    on_text(event.text)
             return stream.get_final_message()
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -184,22 +195,48 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
 
 
 def message_text(message: Any) -> str:
-    """All text blocks of a Message, joined."""
+    """All text blocks of a Message, joined as the API means them.
+
+    Blocks split at citations are one text and join as they are; other text blocks are separate
+    passages (around a tool use, say) and are kept apart by a blank line.
+    """
     if getattr(message, "stop_reason", None) == "max_tokens":
         logger.warning("model reply was cut off at max_tokens")
-    return "".join(
-        block.text for block in message.content if getattr(block, "type", None) == "text"
-    )
+    text = ""
+    previous: Any = None
+    for block in message.content:
+        if getattr(block, "type", None) != "text":
+            previous = block
+            continue
+        if text and not (_cited(block) or _cited(previous)):
+            text = text.rstrip() + "\n\n" + block.text.lstrip()
+        else:
+            text += block.text
+        previous = block
+    return text
+
+
+def _cited(block: Any) -> bool:
+    return getattr(block, "type", None) == "text" and bool(getattr(block, "citations", None))
 
 
 def message_usage(message: Any) -> Usage:
-    """Token usage of a Message; absent cache counts are zero."""
+    """Token usage of a Message; absent cache counts are zero.
+
+    One-hour cache writes (usage.cache_creation) are priced apart from five-minute ones, and
+    server tool use (web search, web fetch) is counted per request.
+    """
     usage = message.usage
+    split = getattr(usage, "cache_creation", None)
+    server = getattr(usage, "server_tool_use", None)
     return Usage(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
         cache_read_tokens=usage.cache_read_input_tokens or 0,
         cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        cache_write_1h_tokens=(getattr(split, "ephemeral_1h_input_tokens", 0) or 0),
+        web_search_requests=(getattr(server, "web_search_requests", 0) or 0),
+        web_fetch_requests=(getattr(server, "web_fetch_requests", 0) or 0),
     )
 
 

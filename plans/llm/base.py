@@ -18,7 +18,10 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    cache_write_tokens: int = 0  # all cache writes, those kept for an hour included
+    cache_write_1h_tokens: int = 0  # the part of cache_write_tokens written for one hour
+    web_search_requests: int = 0  # server tool use, billed per request
+    web_fetch_requests: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -28,6 +31,9 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+            web_search_requests=self.web_search_requests + other.web_search_requests,
+            web_fetch_requests=self.web_fetch_requests + other.web_fetch_requests,
         )
 
     def __radd__(self, other: object) -> Usage:
@@ -54,6 +60,25 @@ class Completion:
     usage: Usage
     model: str
     latency_ms: int
+    # Why the model stopped: "end_turn", "max_tokens", "refusal", ...; "" when not reported.
+    stop_reason: str = ""
+
+    @property
+    def incomplete(self) -> str:
+        """Why the reply is not a whole answer ("" if it is): cut off, refused, or no text."""
+        if self.stop_reason == "max_tokens":
+            return "the reply was cut off at its max_tokens limit"
+        if self.stop_reason == "refusal":
+            return "the model refused (stop reason: refusal)"
+        if self.stop_reason in ("tool_use", "pause_turn"):
+            return (
+                "the model stopped to use a tool instead of replying "
+                f"(stop reason: {self.stop_reason})"
+            )
+        if not self.text.strip():
+            reason = f" (stop reason: {self.stop_reason})" if self.stop_reason else ""
+            return f"the reply had no text{reason}"
+        return ""
 
 
 class ModelError(Exception):

@@ -182,8 +182,17 @@ def planner_request(*, goal: str, catalog: list[dict], max_steps: int, model: st
     )
 
 
-def repair_request(previous: ModelRequest, *, bad_output: str, problems: list[str]) -> ModelRequest:
-    """Ask again after an invalid plan: the bad output as the model's turn, then its problems."""
+def repair_request(
+    previous: ModelRequest,
+    *,
+    bad_output: str,
+    problems: list[str],
+    max_tokens: int | None = None,
+) -> ModelRequest:
+    """Ask again after an invalid plan: the bad output as the model's turn, then its problems.
+
+    max_tokens raises the limit for this one request (a plan cut off at the first limit).
+    """
     listed = "\n".join(f"- {problem}" for problem in problems) or "- the plan could not be used"
     user = (
         "That plan cannot be used. These problems were found:\n"
@@ -201,7 +210,7 @@ def repair_request(previous: ModelRequest, *, bad_output: str, problems: list[st
             {"role": "assistant", "content": assistant},
             {"role": "user", "content": user},
         ],
-        max_tokens=previous.max_tokens,
+        max_tokens=max_tokens or previous.max_tokens,
         # Still the same planning (or replanning) decision, asked a second time.
         purpose=previous.purpose,
         metadata={**previous.metadata, "bad_output": bad_output, "problems": list(problems)},

@@ -112,6 +112,7 @@ class RunAdvancer:
     # --- the whole run -------------------------------------------------------------------
 
     def advance(self) -> str:
+        self._count_interrupted_model_calls()
         if self.run.goal.agent == Goal.Agent.REACT:
             from plans.runtime.react import ReactLoop  # it builds on this module
 
@@ -260,6 +261,17 @@ class RunAdvancer:
             return False
         self.run.answer = redact(storable(completion.text))
         self.recorder.run_changed(answer=self.run.answer)
+        incomplete = completion.incomplete
+        if incomplete:
+            # Not an answer to bank on: the partial text stays on record, the run is not done.
+            self.recorder.event(
+                "answer_incomplete",
+                text=self.run.answer,
+                reason=incomplete,
+                stop_reason=completion.stop_reason,
+            )
+            self._fail(f"the answer is incomplete: {incomplete}")
+            return False
         self.recorder.event("answer_finished", text=self.run.answer)
         return True
 
@@ -324,6 +336,9 @@ class RunAdvancer:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
             self._fail(f"model call for {request.purpose} not made: {limited}")
             return None
+        if self.lease.past_deadline():
+            raise LeaseLost(f"run {run.pk}: lease {self.lease.token} is past its deadline")
+        call = self._model_call_started(request, prices, estimate)
         started = time.perf_counter()
         billed = None
         try:
@@ -337,14 +352,58 @@ class RunAdvancer:
             logger.exception("run %s: the %s model call raised", run.pk, request.purpose)
             message = error_text(exc)
         else:
-            self._record_model_call(request, completion, prices, completion.latency_ms)
+            self._record_model_call(call, request, completion, prices, completion.latency_ms)
             return completion
         latency = int((time.perf_counter() - started) * 1000)
         self._record_model_call(
-            request, None, prices, latency_ms=latency, error=message, billed=billed
+            call, request, None, prices, latency_ms=latency, error=message, billed=billed
         )
         self._fail(f"model call for {request.purpose} failed: {message}")
         return None
+
+    def _model_call_started(
+        self, request: ModelRequest, prices: dict[str, float], estimate: Decimal
+    ) -> ModelCall:
+        """The call, on record at its estimate before it is made if it may be billed at all:
+        a worker dying mid-call leaves a row that budgets and caps count."""
+        call = ModelCall(
+            run_id=self.run.pk,
+            purpose=request.purpose,
+            model=request.model,
+            prices=prices,
+            cost_usd=estimate,
+            estimated_usd=estimate,
+            latency_ms=0,
+            state=ModelCall.State.STARTED,
+        )
+        if estimate > 0:  # a free model (offline) bills nothing a crash could hide
+            self.recorder.model_call_started(call)
+            self.recorder.event("model_call_started", purpose=request.purpose, model=call.model)
+            self.recorder.flush(wait=True)
+        return call
+
+    def _count_interrupted_model_calls(self) -> None:
+        """Calls a dead worker left started: billed by the provider, counted at their estimate."""
+        left = rows_where(
+            ModelCall, run=self.run.pk, state=ModelCall.State.STARTED
+        )  # prepared: every advance
+        if not left:
+            return
+        run = self.run
+        for call in left:
+            call.state = ModelCall.State.INTERRUPTED
+            call.error = "the worker stopped during the call; counted at its estimate"
+            run.cost_usd += call.cost_usd
+            run.model_call_count += 1
+            self.recorder.model_call(call)
+            self.recorder.event(
+                "model_call_interrupted",
+                purpose=call.purpose,
+                model=call.model,
+                cost_usd=str(call.cost_usd),
+                error=call.error,
+            )
+        self.recorder.run_changed(cost_usd=run.cost_usd, model_call_count=run.model_call_count)
 
     def _fail(self, error: str) -> None:
         """End the run as failed, saying why."""
@@ -354,6 +413,7 @@ class RunAdvancer:
 
     def _record_model_call(
         self,
+        call: ModelCall,
         request: ModelRequest,
         completion: Completion | None,
         prices: dict[str, float],
@@ -369,16 +429,16 @@ class RunAdvancer:
             "cache_write_tokens": usage.cache_write_tokens if usage else 0,
         }
         cost = cost_usd(usage, prices) if usage else Decimal(0)
-        call = ModelCall(
-            run_id=self.run.pk,
-            purpose=request.purpose,
-            model=completion.model if completion else request.model,
-            prices=prices,
-            cost_usd=cost,
-            latency_ms=latency_ms,
-            error=error,
-            **tokens,
-        )
+        call.model = completion.model if completion else request.model
+        call.cost_usd = cost
+        call.latency_ms = latency_ms
+        call.error = error
+        call.state = ModelCall.State.FINISHED
+        call.cache_write_1h_tokens = usage.cache_write_1h_tokens if usage else 0
+        call.web_search_requests = usage.web_search_requests if usage else 0
+        call.web_fetch_requests = usage.web_fetch_requests if usage else 0
+        for name, value in tokens.items():
+            setattr(call, name, value)
         run = self.run
         for name, value in tokens.items():
             setattr(run, name, getattr(run, name) + value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from plans.engine import args_sha256
+from plans.engine import args_match_sha256, args_sha256
 from plans.models import Approval, Step
 
 
@@ -47,7 +47,7 @@ def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecisi
         return GateDecision(Verdict.PENDING, latest)
     if latest.decision in (Approval.Decision.REJECTED, Approval.Decision.EXPIRED):
         return GateDecision(Verdict.REJECTED, latest)
-    if latest.args_sha256 != args_sha256(step.tool, latest.args):
+    if not args_match_sha256(latest.args_sha256, step.tool, latest.args):
         # The stored arguments no longer match what was approved: treat as never approved.
         return GateDecision(Verdict.MISSING)
     return GateDecision(Verdict.APPROVED, latest)

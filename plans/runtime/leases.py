@@ -35,6 +35,18 @@ class Lease:
     seconds: float
     lost: threading.Event = field(default_factory=threading.Event)
     released: bool = False
+    # Monotonic time until which the lease is surely still held: a lease's length after the
+    # start of its last successful take, renewal or fenced commit. Checked before every call
+    # starts, so a worker paused past it starts nothing, even before its keeper finds out.
+    valid_until: float = 0.0
+
+    def extend_from(self, started: float) -> None:
+        """A renewal or fenced commit that began at monotonic time started succeeded."""
+        if started + self.seconds > self.valid_until:
+            self.valid_until = started + self.seconds
+
+    def past_deadline(self) -> bool:
+        return self.lost.is_set() or time.monotonic() >= self.valid_until
 
 
 def lease_seconds() -> float:
@@ -50,13 +62,14 @@ def lease_acquire(run_id: int, *, seconds: float | None = None) -> Lease | None:
     """Take the run's lease if it is free or expired; None when another worker holds it."""
     seconds = seconds or lease_seconds()
     token = uuid.uuid4()
+    started = time.monotonic()
     now = timezone.now()
     taken = _take_if_free(run_id, token, now, now + timedelta(seconds=seconds))
     if taken != 1:
         return None
     # Events carry the token they were written under; this line says whose it is.
     logger.debug("run %s: lease %s taken by %s", run_id, token, lease_holder())
-    return Lease(run_id, token, seconds)
+    return Lease(run_id, token, seconds, valid_until=started + seconds)
 
 
 def _take_if_free(run_id: int, token: uuid.UUID, now: datetime, expires_at: datetime) -> int:
@@ -95,11 +108,14 @@ def _take_if_free_sql(alias: str) -> str:
 
 def lease_renew(lease: Lease) -> bool:
     """Extend an unexpired lease; False (and lease.lost set) once it expired or was taken."""
+    started = time.monotonic()
     now = timezone.now()
     renewed = Run.objects.filter(
         pk=lease.run_id, lease_token=lease.token, lease_expires_at__gt=now
     ).update(lease_expires_at=now + timedelta(seconds=lease.seconds))
-    if renewed != 1:
+    if renewed == 1:
+        lease.extend_from(started)
+    else:
         lease.lost.set()
         # No token at all: the run's own last commit let the lease go (finished or parked)
         # a moment before its advancer marked it released; nothing went wrong.

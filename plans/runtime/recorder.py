@@ -37,7 +37,9 @@ class Batch:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    late_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     model_calls: list[ModelCall] = field(default_factory=list)
+    started_model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
@@ -78,9 +80,20 @@ class RunRecorder:
         self._touch()
         self._batch.tool_calls.append(row)
 
+    def tool_call_late(self, *, step_id: int, attempt: int, **late: Any) -> None:
+        """What a call given up on as timed out returned after all (late_result, ...)."""
+        self._touch()
+        self._batch.late_tool_calls.append({"step_id": step_id, "attempt": attempt, **late})
+
     def model_call(self, call: ModelCall) -> None:
+        """A finished model call: a new row, or the update of the row recorded as started."""
         self._touch()
         self._batch.model_calls.append(call)
+
+    def model_call_started(self, call: ModelCall) -> None:
+        """A model call about to be made; its row (and pk) exist once this is committed."""
+        self._touch()
+        self._batch.started_model_calls.append(call)
 
     def approval_requested(self, approval: Approval) -> None:
         self._touch()
@@ -223,6 +236,7 @@ class _Writer:
     def _commit(self, batch: Batch) -> None:
         lease = self.lease
         assert lease is not None, "a batch was submitted outside begin() and end()"
+        started = time.monotonic()
         fields = {
             "lease_expires_at": timezone.now() + timedelta(seconds=lease.seconds),
             **batch.run_fields,
@@ -235,9 +249,20 @@ class _Writer:
             for names, rows in _by_fields(batch.steps).items():
                 update_rows(Step, rows, names)
             insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
-            insert_rows(ModelCall, [_model_call_row(call) for call in batch.model_calls])
+            for late in batch.late_tool_calls:
+                record_late_tool_call(**late)
+            for call in batch.started_model_calls:
+                call.save()
+            insert_rows(
+                ModelCall, [_model_call_row(call) for call in batch.model_calls if call.pk is None]
+            )
+            for call in batch.model_calls:
+                if call.pk is not None:
+                    row = _model_call_row(call)
+                    ModelCall.objects.filter(pk=call.pk).update(**row)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+        lease.extend_from(started)  # the fenced commit renewed the lease
 
 
 def _merged(batches: list[Batch]) -> Batch:
@@ -251,7 +276,9 @@ def _merged(batches: list[Batch]) -> Batch:
         for step in batch.steps:
             steps.setdefault(step["id"], {}).update(step)
         merged.tool_calls += batch.tool_calls
+        merged.late_tool_calls += batch.late_tool_calls
         merged.model_calls += batch.model_calls
+        merged.started_model_calls += batch.started_model_calls
         merged.approvals += batch.approvals
         merged.run_fields.update(batch.run_fields)
     merged.steps = list(steps.values())
@@ -273,6 +300,17 @@ def _by_fields(steps: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[s
         fields = tuple(sorted(name for name in step if name != "id"))
         groups.setdefault(fields, []).append(step)
     return groups
+
+
+def record_late_tool_call(
+    *, step_id: int, attempt: int, late_result: Any, late_error: str, late_arrived_at: Any
+) -> None:
+    """What a call given up on as timed out returned after all, on its ToolCall row (redacted)."""
+    ToolCall.objects.filter(step_id=step_id, attempt=attempt).update(
+        late_result=None if late_result is None else redacted_json(late_result)[0],
+        late_error=redact(late_error),
+        late_arrived_at=late_arrived_at,
+    )
 
 
 def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 import math
 import queue
 import random
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,7 @@ from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_request,
 )
+from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.services.plans import (
     declined_calls,
@@ -100,6 +102,24 @@ def invoke_tool(
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+
+
+def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:
+    """Ask a destructive tool's reconcile hook what became of the call with this key."""
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    result: Any = None
+    error = ""
+    try:
+        assert spec.reconcile is not None
+        answer = spec.reconcile(key)
+        result = None if answer is None else _jsonable(answer)[0]
+    except BaseException as exc:
+        error = error_text(exc)
+    finally:
+        if connection.connection is not None:
+            connection.close()
+    return ToolOutcome(result, error, key, started_at, (time.perf_counter() - t0) * 1000)
 
 
 def error_text(exc: BaseException) -> str:
@@ -164,12 +184,23 @@ class StepsExecution:
         self.retries: list[tuple[float, int]] = []  # a heap of (due, step id)
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
         self.call_hashes: dict[int, str] = {}  # step id -> args_sha256 of its call
-        self.reconciling: set[int] = set()  # destructive steps re-invoked after a timeout
         self.rng = random.Random()
-        self.reusable = _results_of_earlier_versions(plan_row)
+        # Calls past their time limit whose outcome is still to come: call -> its attempt.
+        self.overdue: dict[Call, int] = {}
+        # Calls given up on whose late outcome is still recorded if it comes: call -> step id.
+        self.abandoned: dict[Call, int] = {}
+        self.reconciles: dict[Call, int] = {}  # a tool's reconcile hook at work -> step id
+        # Set once the loop has ended: replies then go on record directly (under late_lock).
+        self.closed = False
+        self.late_lock = threading.Lock()
+        # Bumped whenever a destructive call starts or ends: a pure call's result may be reused
+        # only if no effect could have happened since that call started.
+        self.effects = 0
+        self.pure_started: dict[int, int] = {}  # pure step id -> self.effects at its launch
+        self.reusable = _reusable_results(plan_row, steps, advancer.registry)
         # Both only matter to destructive steps; a plan without any skips the queries.
         has_destructive = any(step.destructive for step in steps.values())
-        # Keys of destructive calls this run made or is making: key -> the step that holds it.
+        # Destructive calls this run made or is making: call hash -> the step that holds it.
         self.destructive_keys = _destructive_keys(self.run.pk) if has_destructive else {}
         self.declined = declined_calls(self.run) if has_destructive else {}
         self.pool = tool_threads()
@@ -201,6 +232,56 @@ class StepsExecution:
 
     def execute(self) -> bool:
         """Run until every step finished (False) or only approvals remain (True: parked)."""
+        try:
+            return self._execute()
+        finally:
+            if self.abandoned:
+                self._hand_over_late_calls()
+
+    def _reply(self, call: Call) -> None:
+        """A tool thread's call is done: to the loop, or on record directly once it has ended."""
+        if not self.closed:
+            self.completed.put(call)
+            return
+        with self.late_lock:
+            if not self.closed:
+                self.completed.put(call)
+                return
+        self._record_late_directly(call)
+
+    def _hand_over_late_calls(self) -> None:
+        """The loop ends with calls still out: their late outcomes are recorded as they come."""
+        with self.late_lock:
+            self.closed = True
+        while True:
+            try:
+                call = self.completed.get_nowait()
+            except queue.Empty:
+                return
+            self._record_late_directly(call)
+
+    def _record_late_directly(self, call: Call) -> None:
+        """On the calling thread, outside the run's recorder (its lease may be gone): the
+        late outcome of a call given up on goes onto its ToolCall row, as a fact of record."""
+        step_id = self.abandoned.get(call)
+        attempt = self.overdue.get(call)
+        if step_id is None or attempt is None:
+            return
+        outcome = call.result()
+        try:
+            record_late_tool_call(
+                step_id=self.steps[step_id].pk,
+                attempt=attempt,
+                late_result=outcome.result,
+                late_error=outcome.error,
+                late_arrived_at=timezone.now(),
+            )
+        except Exception:
+            logger.exception("the late outcome of %s could not be recorded", self.steps[step_id])
+        finally:
+            connection.close()
+
+    def _execute(self) -> bool:
         pool = self.pool
         last_poll = time.monotonic()
         while True:
@@ -239,6 +320,10 @@ class StepsExecution:
             for call in self._next_completed():
                 if call in self.inflight:  # not already given up on as timed out
                     self._complete(call)
+                elif call in self.reconciles:
+                    self._reconciled(call)
+                elif call in self.abandoned:
+                    self._collect_late(call)
             self._time_out_overdue()
             if self.awaiting and time.monotonic() - last_poll > DECISION_POLL_S:
                 last_poll = time.monotonic()
@@ -274,7 +359,7 @@ class StepsExecution:
             return
         call_hash = self.call_hashes[step_id] = args_sha256(step.tool, args)
         if call_hash in self.reusable:
-            # Same tool, same resolved arguments as a step of an earlier plan version: not rerun.
+            # A pure tool, the same arguments, and no effect since that call began: not rerun.
             result, origin = self.reusable[call_hash]
             self._finish_step(step, Outcome.SUCCEEDED, result=result, reused_from=origin)
             return
@@ -319,6 +404,10 @@ class StepsExecution:
         approval: Approval | None,
         pool: ToolThreads,
     ) -> None:
+        if self.lease.past_deadline():
+            # Paused past the lease (or its keeper found it lost): another worker may hold
+            # the run now, so nothing more may start here.
+            raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} is past its deadline")
         step.status = Step.Status.RUNNING
         step.attempts += 1
         step.started_at = timezone.now()
@@ -329,6 +418,10 @@ class StepsExecution:
             step.idempotency_key = key  # on record with the attempt, before the side effect
             changed.append("idempotency_key")
         self.recorder.step_changed(step, *changed)
+        if spec.destructive:
+            self._effect_may_happen()
+        elif spec.pure:
+            self.pure_started[step.step_id] = self.effects
         self.recorder.event(
             "step_started",
             step=step.step_id,
@@ -347,28 +440,33 @@ class StepsExecution:
             args,
             key=key,
             approval=approval,
-            reply=self.completed.put,
+            reply=self._reply,
         )
         self.inflight[call] = step.step_id
         self.calls[step.step_id] = (spec, args, approval)
         heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _call_key(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> str:
-        """The idempotency key: one per call, and a fresh one for an approved deliberate repeat.
+        """The idempotency key: one per run and call, and a fresh one for an approved repeat.
 
         A destructive call identical to one another step of this run already made was approved
         again for this step, so it gets a key of its own. A destructive step keeps the key it was
-        first given (stored before the call), whatever order steps launch in after a crash.
+        first given (stored before the call), whatever order steps launch in after a crash, and
+        another run's identical call has another key: it was approved on its own.
         """
-        key = self.call_hashes[step.step_id]  # the key is the call's identity
+        call_hash = self.call_hashes[step.step_id]
         if not spec.destructive:
-            return key
+            return call_hash  # nothing to happen once: the key is the call's identity
         if step.idempotency_key:
             return step.idempotency_key
-        first = self.destructive_keys.setdefault(key, step.pk)
-        if first == step.pk:
-            return key
-        return idempotency_key(spec.name, {"args": args, "repeat_for_step": step.pk})
+        first = self.destructive_keys.setdefault(call_hash, step.pk)
+        identity = "" if first == step.pk else f"repeat for step {step.pk}"
+        return idempotency_key(spec.name, args, run_id=self.run.pk, step=identity)
+
+    def _effect_may_happen(self) -> None:
+        """A destructive call starts or ends: earlier reads may no longer hold."""
+        self.effects += 1
+        self.reusable.clear()
 
     def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
         self.awaiting[step.step_id] = args
@@ -418,8 +516,14 @@ class StepsExecution:
         step_id = self.inflight.pop(call)
         outcome = call.result()
         step = self.steps[step_id]
-        self._record_attempt(step, outcome)
-        self.reconciling.discard(step_id)
+        if step.destructive:
+            self._effect_may_happen()
+        late_attempt = self.overdue.pop(call, None)
+        if late_attempt is None:
+            self._record_attempt(step, outcome)
+        else:
+            # The timed-out call answered after all: its outcome is the step's, on its record.
+            self._record_late(step, late_attempt, outcome)
         circuit_record(step.tool, failed=outcome.tool_fault, error=outcome.error)
         if not outcome.error:
             self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
@@ -441,6 +545,48 @@ class StepsExecution:
             started_at=outcome.started_at,
             duration_ms=outcome.duration_ms,
         )
+
+    def _record_late(self, step: Step, attempt: int, outcome: ToolOutcome) -> None:
+        arrived_at = timezone.now()
+        self.recorder.tool_call_late(
+            step_id=step.pk,
+            attempt=attempt,
+            late_result=outcome.result,
+            late_error=outcome.error,
+            late_arrived_at=arrived_at,
+        )
+        payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "attempt": attempt}
+        payload["arrived_at"] = arrived_at.isoformat()
+        if outcome.error:
+            payload["error"] = outcome.error
+        else:
+            payload["result"] = outcome.result
+        self.recorder.event("tool_call_late", **payload)
+
+    def _collect_late(self, call: Call) -> None:
+        """A call the step no longer waits for came back: its outcome goes on its record."""
+        step_id = self.abandoned.pop(call)
+        attempt = self.overdue.pop(call, None)
+        if attempt is not None:
+            if self.steps[step_id].destructive:
+                self._effect_may_happen()
+            self._record_late(self.steps[step_id], attempt, call.result())
+
+    def _reconciled(self, call: Call) -> None:
+        """The tool's reconcile hook answered for a timed-out call still being waited for."""
+        step_id = self.reconciles.pop(call)
+        step = self.steps[step_id]
+        waiting = next((c for c, s in self.inflight.items() if s == step_id), None)
+        outcome = call.result()
+        if outcome.error:
+            logger.warning("reconcile of %s failed: %s", step.tool, outcome.error)
+            return  # the call's own outcome is awaited still
+        if waiting is None or waiting not in self.overdue or outcome.result is None:
+            return  # the call answered first, or its effect is not known yet
+        del self.inflight[waiting]
+        self.abandoned[waiting] = step_id
+        self.recorder.event("step_reconciled", step=step_id, tool=step.tool)
+        self._finish_step(step, Outcome.SUCCEEDED, result=outcome.result)
 
     def _schedule_retry(self, step: Step, error: str) -> None:
         """Try again after exponential backoff with full jitter."""
@@ -491,37 +637,68 @@ class StepsExecution:
             self.deadlines[0][2] not in self.inflight or self.deadlines[0][0] <= now
         ):
             _, step_id, call = heapq.heappop(self.deadlines)
-            if call in self.inflight:
+            if call not in self.inflight:
+                continue
+            step = self.steps[step_id]
+            if call in self.overdue:
+                self._gave_up_waiting(step, call)
+            elif step.destructive:
+                self._wait_for_outcome(step, call)
+            else:
                 del self.inflight[call]
-                self._timed_out(self.steps[step_id])
+                self.abandoned[call] = step_id
+                self.overdue[call] = step.attempts
+                self._timed_out(step)
 
-    def _timed_out(self, step: Step) -> None:
-        """A call ran past its limit; its thread is abandoned and its outcome is unknown."""
-        spec, args, approval = self.calls[step.step_id]
+    def _timeout_error(self, spec: ToolSpec) -> str:
+        return f"timed out after {spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S:g}s"
+
+    def _record_timeout(self, step: Step, spec: ToolSpec, args: dict[str, Any], error: str) -> None:
         seconds = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-        error = f"timed out after {seconds:g}s"
         circuit_record(step.tool, failed=True, error=error)
         key = self._call_key(step, spec, args)
         self._record_attempt(
             step, ToolOutcome(None, error, key, step.started_at or timezone.now(), seconds * 1000)
         )
-        if spec.destructive:
-            if step.step_id in self.reconciling:
-                self.reconciling.discard(step.step_id)
-                self._finish_step(
-                    step,
-                    Outcome.FAILED,
-                    error=f"{error}; outcome unknown: the reconciling call timed out too",
-                )
-                return
-            # The effect may or may not have happened: ask again with the same idempotency key,
-            # which returns the recorded effect or performs it once. Never a blind retry.
-            self.reconciling.add(step.step_id)
-            self.recorder.event(
-                "step_outcome_unknown", step=step.step_id, tool=step.tool, error=error
-            )
-            self._submit(step, spec, args, approval, self.pool)
-            return
+
+    def _wait_for_outcome(self, step: Step, call: Call) -> None:
+        """A destructive call ran past its limit and may still act, so it is never issued again
+        while it may run: the step waits for its outcome, or for the tool's reconcile hook."""
+        spec, args, _ = self.calls[step.step_id]
+        error = self._timeout_error(spec)
+        self._record_timeout(step, spec, args, f"{error}; outcome unknown, awaited")
+        self.overdue[call] = step.attempts
+        wait_s = settings.AGENTSITE_TOOL_OUTCOME_WAIT_S
+        heapq.heappush(self.deadlines, (time.monotonic() + wait_s, step.step_id, call))
+        self.recorder.event(
+            "step_outcome_unknown",
+            step=step.step_id,
+            tool=step.tool,
+            error=error,
+            waiting_s=wait_s,
+            reconcile=spec.reconcile is not None,
+        )
+        if spec.reconcile is not None:
+            key = self._call_key(step, spec, args)
+            hook = self.pool.submit(reconcile_call, spec, key, reply=self.completed.put)
+            self.reconciles[hook] = step.step_id
+
+    def _gave_up_waiting(self, step: Step, call: Call) -> None:
+        """Still no outcome: the step fails as unknown; the call is not repeated."""
+        del self.inflight[call]
+        self.abandoned[call] = step.step_id
+        wait_s = settings.AGENTSITE_TOOL_OUTCOME_WAIT_S
+        error = (
+            f"{self._timeout_error(self.calls[step.step_id][0])}; outcome unknown: no answer "
+            f"{wait_s:g}s later either, so it was not repeated (it may yet have acted)"
+        )
+        self._finish_step(step, Outcome.FAILED, error=error)
+
+    def _timed_out(self, step: Step) -> None:
+        """A call ran past its limit; its thread is abandoned and its outcome is unknown."""
+        spec, args, _ = self.calls[step.step_id]
+        error = self._timeout_error(spec)
+        self._record_timeout(step, spec, args, error)
         if TimeoutError in spec.retryable and step.attempts < settings.AGENTSITE_TOOL_MAX_ATTEMPTS:
             self._schedule_retry(step, error)
             return
@@ -555,6 +732,9 @@ class StepsExecution:
         step.result = result
         step.error = error
         step.finished_at = timezone.now()
+        if reused_from:
+            step.reused_from = reused_from
+            self.recorder.step_changed(step, "reused_from")
         self.recorder.step_changed(step, "status", "result", "error", "finished_at")
         self._remember(step)
         payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "status": step.status}
@@ -564,8 +744,9 @@ class StepsExecution:
             payload["reused_from"] = reused_from
         if outcome is Outcome.SUCCEEDED:
             payload["result"] = result
-            if not step.destructive and not reused_from and step.resolved_args is not None:
-                # A later identical call in this run reuses this result instead of calling again.
+            if self.pure_started.get(step.step_id, -1) == self.effects:
+                # A pure call, and nothing acted since it began: an identical later call in
+                # this run gets this result instead of calling again.
                 self.reusable.setdefault(
                     self.call_hashes[step.step_id], (result, f"step {step.step_id}")
                 )
@@ -611,28 +792,61 @@ class StepsExecution:
 
 
 def _destructive_keys(run_id: int) -> dict[str, int]:
-    """Keys of the run's destructive calls, each with the step (pk) that first took it."""
+    """The run's destructive calls (by call hash), each with the step (pk) that first made it."""
     taken = Step.objects.filter(plan__run_id=run_id, destructive=True).exclude(idempotency_key="")
-    keys = dict(taken.order_by("-pk").values_list("idempotency_key", "pk"))
+    keys = {
+        args_sha256(tool, args or {}): pk
+        for tool, args, pk in taken.order_by("-pk").values_list("tool", "resolved_args", "pk")
+    }
     # Calls made before steps kept their keys: the first step to call wins.
     made = ToolCall.objects.filter(run_id=run_id, step__destructive=True).order_by("-pk")
-    keys.update(made.values_list("idempotency_key", "step_id"))
+    keys.update(
+        (args_sha256(tool, args), step_pk)
+        for tool, args, step_pk in made.values_list("tool", "args", "step_id")
+    )
     return keys
 
 
-def _results_of_earlier_versions(plan_row: PlanRow) -> dict[str, tuple[Any, str]]:
-    """Succeeded calls of the run's earlier plan versions: args hash -> (result, origin)."""
-    if plan_row.version == 1:
-        return {}  # no earlier version: no query
-    earlier = Step.objects.filter(
-        plan__run_id=plan_row.run_id,
-        plan__version__lt=plan_row.version,
-        status=Step.Status.SUCCEEDED,
-    ).select_related("plan")
-    return {
-        args_sha256(step.tool, step.resolved_args or step.args): (
-            step.result,
-            f"plan v{step.plan.version} step {step.step_id}",
+def _reusable_results(
+    plan_row: PlanRow, steps: dict[int, Step], registry: dict[str, ToolSpec]
+) -> dict[str, tuple[Any, str]]:
+    """Finished pure calls of this run that no effect may have changed: hash -> (result, origin).
+
+    A result counts only if its call began after every destructive call of the run had ended.
+    """
+    pure = {name for name, spec in registry.items() if spec.pure}
+    candidates = [(step, f"step {step.step_id}") for step in steps.values()]
+    destructive = [step for step in steps.values() if step.destructive]
+    if plan_row.version > 1:  # earlier versions are read only after a replan
+        earlier = Step.objects.filter(
+            plan__run_id=plan_row.run_id, plan__version__lt=plan_row.version
         )
-        for step in earlier
+        succeeded = earlier.filter(status=Step.Status.SUCCEEDED, tool__in=pure)
+        candidates += [
+            (step, f"plan v{step.plan.version} step {step.step_id}")
+            for step in succeeded.select_related("plan")
+        ]
+        destructive += list(earlier.filter(destructive=True, attempts__gt=0))
+    candidates = [
+        (step, origin)
+        for step, origin in candidates
+        if step.tool in pure
+        and step.status == Step.Status.SUCCEEDED
+        and not step.reused_from
+        and step.started_at is not None
+    ]
+    if not candidates:
+        return {}
+    last_effect: datetime | None = None
+    for step in destructive:
+        if step.attempts == 0:
+            continue
+        if step.finished_at is None:
+            return {}  # an effect that may still be happening: no earlier read is known to hold
+        if last_effect is None or step.finished_at > last_effect:
+            last_effect = step.finished_at
+    return {
+        args_sha256(step.tool, step.resolved_args or step.args): (step.result, origin)
+        for step, origin in candidates
+        if last_effect is None or (step.started_at is not None and step.started_at > last_effect)
     }

@@ -198,6 +198,7 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
                         "result": step.result,
                         "error": step.error,
                         "attempts": step.attempts,
+                        "reused_from": step.reused_from,
                         "started_at": step.started_at,
                         "finished_at": step.finished_at,
                     }
@@ -255,6 +256,9 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
                 "idempotency_key": call.idempotency_key,
                 "started_at": call.started_at,
                 "duration_ms": call.duration_ms,
+                "late_result": call.late_result,
+                "late_error": call.late_error,
+                "late_arrived_at": call.late_arrived_at,
             }
             for call in records.tool_calls
         ],

@@ -71,6 +71,33 @@ def plan_parse_and_check(
     return plan, problems, data
 
 
+def _plan_from_completion(
+    completion: Completion, request: ModelRequest, *, max_steps: int | None
+) -> tuple[engine.Plan | None, list[str], Any]:
+    """The planner's reply parsed and checked; a reply cut off or refused says so first."""
+    if completion.stop_reason == "max_tokens":
+        return (
+            None,
+            [
+                f"the planner's reply was cut off at its max_tokens limit ({request.max_tokens:,} "
+                "tokens) before the plan was complete"
+            ],
+            None,
+        )
+    if completion.stop_reason == "refusal":
+        return None, ["the model refused to plan this goal (stop reason: refusal)"], None
+    if completion.stop_reason in ("tool_use", "pause_turn") and not completion.text.strip():
+        return (
+            None,
+            [
+                "the planner replied with a tool call instead of a JSON plan "
+                f"(stop reason: {completion.stop_reason})"
+            ],
+            None,
+        )
+    return plan_parse_and_check(completion.text, max_steps=max_steps)
+
+
 def plan_from_planner(
     *,
     run: Run,
@@ -88,17 +115,23 @@ def plan_from_planner(
     completion = call_model(request)
     if completion is None:
         return None
-    plan, problems, data = plan_parse_and_check(completion.text, max_steps=max_steps)
+    plan, problems, data = _plan_from_completion(completion, request, max_steps=max_steps)
     raw_output = completion.text
     declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
     if problems and not declined:
-        # One repair round: the problems go back to the model once.
-        repair = repair_request(request, bad_output=completion.text, problems=problems)
+        # One repair round: the problems go back to the model once, with room for a longer
+        # plan if the first was cut off at its token limit.
+        repair = repair_request(
+            request,
+            bad_output=completion.text,
+            problems=problems,
+            max_tokens=request.max_tokens * 2 if completion.stop_reason == "max_tokens" else None,
+        )
         completion = call_model(repair)
         if completion is None:
             return None
         raw_output = completion.text
-        plan, problems, _ = plan_parse_and_check(completion.text, max_steps=max_steps)
+        plan, problems, _ = _plan_from_completion(completion, repair, max_steps=max_steps)
     return plan_store(
         run=run, raw_output=raw_output, plan=plan, problems=problems, source="planner", lease=lease
     )
@@ -125,7 +158,7 @@ def plan_from_replanner(
     completion = call_model(request)
     if completion is None:
         return None
-    plan, problems, _ = plan_parse_and_check(completion.text, max_steps=max_steps)
+    plan, problems, _ = _plan_from_completion(completion, request, max_steps=max_steps)
     problems += _redeclined_calls(run, plan)
     return plan_store(
         run=run,

@@ -159,6 +159,7 @@ def run_summary(run: Run) -> dict[str, Any]:
                 "error": s.error,
                 "round": s.round,
                 "attempts": s.attempts,
+                "reused_from": s.reused_from or None,
             }
             for s in steps
         },

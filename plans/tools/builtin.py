@@ -205,7 +205,7 @@ def _fare(origin: City, destination: City, day: str) -> int:
 # --- lookups ---------------------------------------------------------------------------------
 
 
-@tool
+@tool(pure=True)
 def price(item: str) -> int:
     """Price in INR (whole rupees) of one item from the shop's catalog of phones, audio,
     laptops, tablets, wearables and travel gear.
@@ -216,7 +216,7 @@ def price(item: str) -> int:
     return _item(item)[1]
 
 
-@tool
+@tool(pure=True)
 def calculator(expression: str) -> int | float:
     """Evaluate an arithmetic expression with + - * / // % ** and parentheses; whole-number
     results come back as integers.
@@ -227,7 +227,7 @@ def calculator(expression: str) -> int | float:
     return evaluate(expression)
 
 
-@tool
+@tool(pure=True)
 def convert_currency(amount: float, from_currency: Currency, to_currency: Currency) -> float:
     """Convert an amount between INR, USD, EUR and GBP at the shop's fixed rates, rounded to
     2 decimal places.
@@ -359,7 +359,7 @@ def _snippet(doc: _Doc, query: set[str]) -> str:
     return f"{prefix}{doc.text[start:end]}{suffix}"
 
 
-@tool
+@tool(pure=True)
 def search(query: str, limit: SearchHits = 3) -> list[dict]:
     """Search the shop's library (agent design notes and shop policies) and return cited
     snippets; cite a hit in an answer by its "cite" text, e.g. [refund-policy].

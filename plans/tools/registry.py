@@ -14,7 +14,7 @@ from typing import Any, overload
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from plans.tools.schema import IDEMPOTENCY_PARAM, derive
+from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
 
@@ -34,10 +34,20 @@ class ToolSpec:
     timeout_s: float | None = None
     takes_idempotency_key: bool = False
     retryable: tuple[type[BaseException], ...] = field(default=())
+    # Same arguments, same result, whenever called: only then may a result be reused.
+    pure: bool = False
+    # For a destructive tool: reconcile(idempotency_key) -> the call's result if its effect is
+    # known to have happened, None if not known (yet). Asked after a call timed out.
+    reconcile: Callable[[str], Any] | None = None
+    # Parameters whose JSON value is turned into the hinted type (date, Decimal, dataclass...).
+    converters: Mapping[str, Converter] = field(default_factory=dict)
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
         kwargs = dict(args)
+        for name, convert in self.converters.items():
+            if name in kwargs:
+                kwargs[name] = convert(kwargs[name])
         if self.takes_idempotency_key:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
         result = self.fn(**kwargs)
@@ -81,6 +91,8 @@ def tool[F: Callable[..., Any]](
     timeout_s: float | None = None,
     name: str | None = None,
     retryable: Iterable[type[BaseException]] = (),
+    pure: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -92,9 +104,22 @@ def tool(
     timeout_s: float | None = None,
     name: str | None = None,
     retryable: Iterable[type[BaseException]] = (),
+    pure: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
 ) -> Any:
-    """Declare a function as a tool; usable bare (``@tool``) or with options (``@tool(...)``)."""
+    """Declare a function as a tool; usable bare (``@tool``) or with options (``@tool(...)``).
+
+    ``pure=True`` promises the same result for the same arguments at any time, so a run may
+    reuse an earlier identical call's result; ``reconcile`` (destructive tools) answers, for an
+    idempotency key, the result of a call whose reply never came, or None if unknown.
+    """
     retry_on = _check_options(destructive, timeout_s, name, retryable)
+    if not isinstance(pure, bool):
+        raise TypeError(f"@tool(pure=...) must be a bool, got {pure!r}")
+    if pure and destructive:
+        raise TypeError("@tool(pure=True) cannot be destructive: an effect is not a pure function")
+    if reconcile is not None and not (callable(reconcile) and destructive):
+        raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(func):
@@ -123,6 +148,9 @@ def tool(
             timeout_s=None if timeout_s is None else float(timeout_s),
             takes_idempotency_key=derived.takes_idempotency_key,
             retryable=retry_on,
+            pure=pure,
+            reconcile=reconcile,
+            converters=derived.converters,
         )
         _declare(spec)
         func.tool_spec = spec  # type: ignore[attr-defined]

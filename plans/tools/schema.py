@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import inspect
 import json
 import math
 import re
 import types
 import typing
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal, Union
 
 IDEMPOTENCY_PARAM = "idempotency_key"
 
 SUPPORTED_HINTS = (
-    "str, int, float, bool, list[X], dict, dict[str, X], Literal[...], X | None "
+    "str, int, float, bool, date, datetime, Decimal, UUID, an Enum of str or int values, "
+    "a TypedDict or dataclass of these, list[X], dict, dict[str, X], Literal[...], X | None "
     "or Annotated[int | float, Between(low, high)]"
 )
+
+# A JSON value -> the Python value a parameter's type hint asks for.
+Converter = Callable[[Any], Any]
 
 # Google-style section headers; "Args:" and its synonyms hold the parameter descriptions.
 _ARGS_HEADERS = frozenset({"args", "arguments", "parameters", "params"})
@@ -48,6 +57,8 @@ class DerivedSignature:
     description: str
     schema: dict[str, Any]
     takes_idempotency_key: bool
+    # Parameters whose JSON value becomes another Python type (a date, a dataclass, ...).
+    converters: dict[str, Converter] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,7 @@ def derive(fn: Callable[..., Any]) -> DerivedSignature:
     description, arg_docs = parse_docstring(fn.__doc__, signature.parameters)
     properties: dict[str, Any] = {}
     required: list[str] = []
+    converters: dict[str, Converter] = {}
     takes_key = False
     for param in signature.parameters.values():
         name = param.name
@@ -168,8 +180,11 @@ def derive(fn: Callable[..., Any]) -> DerivedSignature:
             continue
         try:
             prop = schema_for_hint(hints[name])
+            converter = converter_for_hint(hints[name])
         except _Unsupported as exc:
             raise TypeError(f"{where}: parameter {name!r}: {exc}") from None
+        if converter is not None:
+            converters[name] = converter
         text = _param_description(arg_docs.get(name, ""), param.default)
         if text:
             prop["description"] = text
@@ -183,7 +198,7 @@ def derive(fn: Callable[..., Any]) -> DerivedSignature:
         "required": required,
         "additionalProperties": False,
     }
-    return DerivedSignature(description, schema, takes_key)
+    return DerivedSignature(description, schema, takes_key, converters)
 
 
 def _param_description(text: str, default: Any) -> str:
@@ -202,6 +217,12 @@ def schema_for_hint(hint: Any) -> dict[str, Any]:
     scalar = _SCALARS.get(hint) if isinstance(hint, type) else None
     if scalar is not None:
         return {"type": scalar}
+    if isinstance(hint, type) and hint in _FORMATS:
+        return dict(_FORMATS[hint])
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum_schema(hint)
+    if _is_record(hint):
+        return _record_schema(hint)
     if isinstance(hint, typing.TypeAliasType):  # `type Currency = Literal[...]`
         return schema_for_hint(hint.__value__)
     origin = typing.get_origin(hint)
@@ -227,6 +248,122 @@ def schema_for_hint(hint: Any) -> dict[str, Any]:
 
 
 _SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean"}
+# Types written as JSON strings in a standard format (JSON Schema's "format"); a Decimal may
+# also be given as a JSON number.
+_FORMATS: dict[type, dict[str, Any]] = {
+    datetime.datetime: {"type": "string", "format": "date-time"},  # before date: a subclass
+    datetime.date: {"type": "string", "format": "date"},
+    uuid.UUID: {"type": "string", "format": "uuid"},
+    Decimal: {"type": ["string", "number"], "format": "decimal"},
+}
+
+
+def _enum_schema(hint: type[enum.Enum]) -> dict[str, Any]:
+    values = [member.value for member in hint]
+    kinds = {type(value) for value in values}
+    if not values or len(kinds) != 1 or next(iter(kinds)) not in (str, int):
+        raise _Unsupported(f"Enum {hint.__name__} must have all str or all int values")
+    return {"type": _SCALARS[next(iter(kinds))], "enum": values}
+
+
+def _is_record(hint: Any) -> bool:
+    """A TypedDict or a dataclass: an object with named, typed fields."""
+    return isinstance(hint, type) and (typing.is_typeddict(hint) or dataclasses.is_dataclass(hint))
+
+
+def _record_fields(hint: type) -> tuple[dict[str, Any], set[str]]:
+    """The record's field hints, and which fields are required."""
+    try:
+        hints = typing.get_type_hints(hint, include_extras=True)
+    except Exception as exc:
+        raise _Unsupported(f"cannot resolve the type hints of {hint.__name__}: {exc}") from None
+    if typing.is_typeddict(hint):
+        return hints, set(hint.__required_keys__)  # type: ignore[attr-defined]
+    fields = {f.name: f for f in dataclasses.fields(hint) if f.init}
+    required = {
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    return {name: hints[name] for name in fields}, required
+
+
+def _record_schema(hint: type) -> dict[str, Any]:
+    hints, required = _record_fields(hint)
+    properties = {}
+    for name, field_hint in hints.items():
+        try:
+            properties[name] = schema_for_hint(field_hint)
+        except _Unsupported as exc:
+            raise _Unsupported(f"{hint.__name__}.{name}: {exc}") from None
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in hints if name in required],
+        "additionalProperties": False,
+    }
+
+
+def converter_for_hint(hint: Any) -> Converter | None:
+    """How a checked JSON value becomes what the hint asks for; None when it already is."""
+    if isinstance(hint, type):
+        if hint in _SCALARS:
+            return None
+        if hint is datetime.datetime:
+            return datetime.datetime.fromisoformat
+        if hint is datetime.date:
+            return datetime.date.fromisoformat
+        if hint is uuid.UUID:
+            return uuid.UUID
+        if hint is Decimal:
+            return _decimal
+        if issubclass(hint, enum.Enum):
+            return hint
+        if _is_record(hint):
+            return _record_converter(hint)
+    if isinstance(hint, typing.TypeAliasType):
+        return converter_for_hint(hint.__value__)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return converter_for_hint(args[0])
+    if origin is list and args:
+        item = converter_for_hint(args[0])
+        return None if item is None else lambda values: [item(value) for value in values]
+    if origin is dict and len(args) == 2:
+        found = converter_for_hint(args[1])
+        if found is None:
+            return None
+        each: Converter = found
+        return lambda values: {key: each(value) for key, value in values.items()}
+    if origin is Union or origin is types.UnionType:
+        others = [arg for arg in args if arg is not types.NoneType]
+        found = converter_for_hint(others[0]) if len(others) == 1 else None
+        if found is None:
+            return None
+        present: Converter = found
+        return lambda value: None if value is None else present(value)
+    return None
+
+
+def _decimal(value: Any) -> Decimal:
+    # str() first: a JSON number 0.1 means the decimal 0.1, not its binary approximation.
+    return Decimal(str(value)) if not isinstance(value, str) else Decimal(value)
+
+
+def _record_converter(hint: type) -> Converter:
+    hints, _ = _record_fields(hint)
+    found = {name: converter_for_hint(field_hint) for name, field_hint in hints.items()}
+    inner = {name: convert for name, convert in found.items() if convert is not None}
+    build: Callable[..., Any] = dict if typing.is_typeddict(hint) else hint
+
+    def convert(value: dict[str, Any]) -> Any:
+        fields = {
+            name: inner[name](item) if name in inner else item for name, item in value.items()
+        }
+        return build(**fields)
+
+    return convert
 
 
 def _literal_schema(values: tuple[Any, ...]) -> dict[str, Any]:

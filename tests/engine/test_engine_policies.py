@@ -5,12 +5,14 @@ import pytest
 
 from plans.engine import (
     Budget,
+    args_match_sha256,
     args_sha256,
     backoff_delay,
     blocked_result,
     budget_problem,
     canonical_json,
     idempotency_key,
+    legacy_args_sha256,
 )
 
 
@@ -30,11 +32,33 @@ def test_the_args_hash_ignores_key_order_but_not_the_tool_or_values():
     assert int(digest, 16) >= 0
 
 
-def test_identical_calls_share_an_idempotency_key():
-    key = idempotency_key("send_email", {"to": "a@example.com", "body": "hi"})
+def test_identical_calls_of_a_run_step_share_an_idempotency_key():
+    def key(args, run_id=1, step=""):
+        return idempotency_key("send_email", args, run_id=run_id, step=step)
 
-    assert key == idempotency_key("send_email", {"body": "hi", "to": "a@example.com"})
-    assert key != idempotency_key("send_email", {"to": "b@example.com", "body": "hi"})
+    first = key({"to": "a@example.com", "body": "hi", "copies": 1})
+
+    assert first == key({"copies": 1.0, "body": "hi", "to": "a@example.com"})
+    assert first != key({"to": "b@example.com", "body": "hi", "copies": 1})
+    assert first != key({"to": "a@example.com", "body": "hi", "copies": 1}, run_id=2)
+    assert first != key({"to": "a@example.com", "body": "hi", "copies": 1}, step="repeat")
+
+
+def test_a_call_hash_compares_numbers_by_value_in_nested_arguments():
+    assert args_sha256("t", {"n": 1, "xs": [2, {"y": -0.0}]}) == args_sha256(
+        "t", {"n": 1.0, "xs": [2.0, {"y": 0}]}
+    )
+    assert args_sha256("t", {"n": 1.5}) != args_sha256("t", {"n": 1})
+    assert args_sha256("t", {"flag": True}) != args_sha256("t", {"flag": 1})
+
+
+def test_a_hash_stored_before_numbers_were_compared_by_value_still_matches():
+    args = {"amount": 30.0}
+    stored = legacy_args_sha256("transfer", args)
+
+    assert stored != args_sha256("transfer", args)
+    assert args_match_sha256(stored, "transfer", args)
+    assert not args_match_sha256(stored, "transfer", {"amount": 31.0})
 
 
 @pytest.mark.parametrize(

@@ -325,3 +325,65 @@ def test_a_retry_after_of_zero_or_in_the_past_backs_off_as_usual(value):
 def test_a_negative_retry_count_is_refused():
     with pytest.raises(ValueError, match="max_retries must be 0 or more, got -1"):
         model_for(Server(), max_retries=-1)
+
+
+def message_with(content):
+    reply = message("unused")
+    body = json.loads(reply.content)
+    body["content"] = content
+    return httpx2.Response(200, json=body)
+
+
+def test_separate_text_blocks_are_kept_apart_and_cited_pieces_join_as_one_text():
+    citation = {
+        "type": "char_location",
+        "cited_text": "AirPods 4 cost 12,900 INR",
+        "document_index": 0,
+        "document_title": "catalog",
+        "start_char_index": 0,
+        "end_char_index": 25,
+    }
+    server = Server(
+        message_with(
+            [{"type": "text", "text": "The total is"}, {"type": "text", "text": "92,800 INR"}]
+        ),
+        message_with(
+            [
+                {"type": "text", "text": "AirPods cost "},
+                {"type": "text", "text": "12,900 INR", "citations": [citation]},
+                {"type": "text", "text": " each."},
+            ]
+        ),
+    )
+    model = model_for(server)
+
+    assert model.complete(plan_request()).text == "The total is\n\n92,800 INR"
+    assert model.complete(plan_request()).text == "AirPods cost 12,900 INR each."
+
+
+def test_a_stream_that_fails_after_it_began_keeps_that_attempts_usage_when_retried():
+    began = stream_events([], input_usage={"input_tokens": 700}, output_tokens=0)[:1]
+    began.append({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    server = Server(
+        sse(*began), sse(*stream_events(["ok"], input_usage={"input_tokens": 700}, output_tokens=3))
+    )
+
+    completion = model_for(server).complete(answer(), on_text=lambda text: None)
+
+    assert completion.text == "ok" and len(server.requests) == 2
+    assert completion.usage.input_tokens == 1400  # both attempts were billed for their input
+    assert completion.stop_reason == "end_turn"
+
+
+def test_one_hour_cache_writes_and_server_tool_use_are_read_from_the_usage():
+    reply = message(
+        PLAN_TEXT,
+        cache_creation_input_tokens=1500,
+        cache_creation={"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000},
+        server_tool_use={"web_search_requests": 2, "web_fetch_requests": 1},
+    )
+
+    usage = model_for(Server(reply)).complete(plan_request()).usage
+
+    assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (1500, 1000)
+    assert (usage.web_search_requests, usage.web_fetch_requests) == (2, 1)

@@ -35,7 +35,7 @@ def test_cache_reads_are_not_priced_as_fresh_input():
 
 def test_prices_come_from_settings_and_unknown_models_are_named(settings):
     settings.AGENTSITE_MODEL_PRICES = {"m-1": SONNET, "offline": dict.fromkeys(SONNET, 0.0)}
-    assert prices_for("m-1") == SONNET
+    assert prices_for("m-1") == {**SONNET, "cache_write_1h": 6.0, "web_search": 10.0}
     with pytest.raises(ValueError, match=r"'gpt-x'.*known models: m-1, offline"):
         prices_for("gpt-x")
 
@@ -67,3 +67,27 @@ def test_usages_add_up_class_by_class():
     assert total == Usage(11, 22, 33, 44)
     assert total.total_tokens == 110
     assert sum([Usage(1, 2, 3, 4), Usage(10, 20, 30, 40)]) == total
+
+
+def test_one_hour_cache_writes_are_priced_at_their_own_rate(settings):
+    prices = prices_for("claude-sonnet-5-5")
+    usage = Usage(cache_write_tokens=3000, cache_write_1h_tokens=1000)
+
+    # 2000 five-minute writes at 3.75 and 1000 one-hour writes at 6.00 per million.
+    assert cost_usd(usage, prices) == Decimal("0.01350000")
+
+
+def test_a_price_table_without_the_new_columns_gets_the_apis_multipliers(settings):
+    settings.AGENTSITE_MODEL_PRICES = {"m": SONNET}
+
+    prices = prices_for("m")
+
+    assert prices["cache_write_1h"] == 6.00  # twice the input price
+    assert prices["web_search"] == 10.00  # per thousand searches
+
+
+def test_server_web_searches_are_priced_per_request():
+    prices = {**SONNET, "cache_write_1h": 6.0, "web_search": 10.0}
+
+    assert cost_usd(Usage(web_search_requests=3), prices) == Decimal("0.03000000")
+    assert cost_usd(Usage(web_fetch_requests=3), prices) == 0  # fetches cost only tokens
