@@ -4,6 +4,7 @@ The defaults are the embedded deployment: SQLite, in-process execution and an in
 channel layer. Environment variables switch to PostgreSQL, Redis and separate workers.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -261,6 +262,10 @@ AGENTSITE_MODEL_CALLS_BURST = int(os.environ.get("AGENTSITE_MODEL_CALLS_BURST", 
 AGENTSITE_RATE_LIMIT_PATIENCE_S = float(os.environ.get("AGENTSITE_RATE_LIMIT_PATIENCE_S", "30"))
 AGENTSITE_TOOL_MODULES = env_list("AGENTSITE_TOOL_MODULES", [])
 AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"))
+# MCP servers whose tools join the registry as <server>.<tool>: JSON mapping a short name to
+# {"command", "args", "env", "cwd"} (stdio) or {"url", "headers"} (streamable HTTP), with
+# optional per-tool "tools" overrides; see README "Tools from MCP servers".
+AGENTSITE_MCP_SERVERS = json.loads(os.environ.get("AGENTSITE_MCP_SERVERS", "") or "{}")
 # A larger result (as JSON text) fails its step: it would be stored three times, pushed to
 # every watching browser and put into the answer prompt.
 AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))
