@@ -265,6 +265,9 @@ AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"
 # MCP servers whose tools join the registry as <server>.<tool>: JSON mapping a short name to
 # {"command", "args", "env", "cwd"} (stdio) or {"url", "headers"} (streamable HTTP), with
 # optional per-tool "tools" overrides; see README "Tools from MCP servers".
+# OpenTelemetry: traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; tool arguments,
+# results and the goal go into span attributes (redacted as stored) only with this on.
+AGENTSITE_TRACE_CONTENT = env_bool("AGENTSITE_TRACE_CONTENT", False)
 AGENTSITE_MCP_SERVERS = json.loads(os.environ.get("AGENTSITE_MCP_SERVERS", "") or "{}")
 # A larger result (as JSON text) fails its step: it would be stored three times, pushed to
 # every watching browser and put into the answer prompt.

@@ -15,6 +15,7 @@ class PlansConfig(AppConfig):
         from plans.mcp import McpToolSource
         from plans.runtime.events import group_send, user_group
         from plans.tools import add_tool_source
+        from plans.tracing import tracing_start_if_configured
 
         def close_sockets_on_logout(sender, request, user, **kwargs) -> None:
             if user is not None:
@@ -31,6 +32,7 @@ class PlansConfig(AppConfig):
             transaction.on_commit(lambda: group_send(user_group(instance.pk), message))
 
         add_tool_source(McpToolSource())
+        tracing_start_if_configured()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")
         post_save.connect(
             recheck_sockets_on_user_save,
