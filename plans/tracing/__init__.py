@@ -27,6 +27,6 @@ def tracing_start_if_configured() -> None:
     if not tracing_configured():
         return
     from plans.runtime.telemetry import set_run_observer
-    from plans.tracing.spans import RunTracer, otlp_provider
+    from plans.tracing.spans import otlp_tracer
 
-    set_run_observer(RunTracer(otlp_provider()))
+    set_run_observer(otlp_tracer())

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from plans.runtime.advance import advance_run
 from plans.runtime.telemetry import set_run_observer
 from plans.services.runs import run_create
-from plans.tracing.spans import RunTracer, new_provider
+from plans.tracing.spans import HealthTrackingExporter, RunTracer, new_provider
 from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -72,16 +72,18 @@ def spans_in(base_url):
 
 
 def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
+    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
     provider = new_provider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(f"{phoenix}/v1/traces")))
-    set_run_observer(RunTracer(provider))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = RunTracer(provider, exporter=exporter)
+    set_run_observer(tracer)
     try:
         run = run_create(author=author, goal_text="seed prices", plan_data=SEED_PLAN)
         advance_run(run.pk)
-        provider.force_flush()
+        assert tracer.flush()
     finally:
         set_run_observer(None)
-        provider.shutdown()
+        tracer.shutdown()
     run.refresh_from_db()
 
     deadline = time.monotonic() + 30

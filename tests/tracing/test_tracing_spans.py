@@ -1,7 +1,7 @@
 """The shape of a run's trace, captured by the SDK's in-memory exporter."""
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from plans.llm.offline import REFUND_GOAL
@@ -11,10 +11,21 @@ from plans.runtime.telemetry import set_run_observer
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from plans.tracing import tracing_configured
-from plans.tracing.spans import RunTracer, new_provider
+from plans.tracing.spans import HealthTrackingExporter, RunTracer, new_provider
 from tests.engine.engine_catalog import SEED_PLAN
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Captured:
+    """The spans a run tracer built, through the SDK's in-memory exporter."""
+
+    def __init__(self, tracer, exporter):
+        self.tracer, self.exporter = tracer, exporter
+
+    def get_finished_spans(self):
+        assert self.tracer.flush()  # the tracer builds spans on its own thread
+        return self.exporter.get_finished_spans()
 
 
 @pytest.fixture
@@ -22,15 +33,16 @@ def spans():
     exporter = InMemorySpanExporter()
     provider = new_provider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    set_run_observer(RunTracer(provider))
-    yield exporter
+    tracer = RunTracer(provider)
+    set_run_observer(tracer)
+    yield Captured(tracer, exporter)
     set_run_observer(None)
-    provider.shutdown()
+    tracer.shutdown()
 
 
-def by_name(exporter):
+def by_name(captured):
     found = {}
-    for span in exporter.get_finished_spans():
+    for span in captured.get_finished_spans():
         found.setdefault(span.name, []).append(span)
     return found
 
@@ -69,10 +81,11 @@ def test_a_failed_tool_call_is_an_error_span_naming_the_error(author, spans, set
     run = run_create(author=author, goal_text="fail", plan_data=plan)
     advance_run(run.pk)
 
-    (tool,) = by_name(spans)["execute_tool explode"]
+    found = by_name(spans)
+    (tool,) = found["execute_tool explode"]
     assert tool.status.status_code.name == "ERROR"
     assert tool.status.description == "warehouse offline"
-    (step,) = by_name(spans)["step 1 explode"]
+    (step,) = found["step 1 explode"]
     assert step.attributes["agentsite.step.status"] == "failed"
 
 
@@ -111,6 +124,34 @@ def test_a_run_that_parks_for_approval_and_resumes_stays_one_trace(author, revie
     assert {s.attributes["agentsite.approval.decision"] for s in approvals} == {"approved"}
     planner = [s for s in all_spans if s.attributes.get("agentsite.model_call.purpose") == "plan"]
     assert planner and planner[0].attributes["gen_ai.usage.input_tokens"] > 0
+
+
+def test_a_dead_collector_drops_notes_unbuilt_instead_of_slowing_runs(author):
+    class DeadCollector(SpanExporter):
+        def __init__(self):
+            self.calls = 0
+
+        def export(self, spans):
+            self.calls += 1
+            return SpanExportResult.FAILURE
+
+    dead = HealthTrackingExporter(DeadCollector())
+    provider = new_provider()
+    provider.add_span_processor(SimpleSpanProcessor(dead))
+    tracer = RunTracer(provider, exporter=dead)
+    set_run_observer(tracer)
+    try:
+        for _ in range(2):
+            run = run_create(author=author, goal_text="seed", plan_data=SEED_PLAN)
+            advance_run(run.pk)
+            tracer.flush()
+    finally:
+        set_run_observer(None)
+        tracer.shutdown()
+
+    assert Run.objects.filter(status="completed").count() == 2
+    assert dead.inner.calls == 1  # the first span failed; the rest were never built
+    assert tracer.dropped > 10
 
 
 def test_tracing_is_off_unless_an_otlp_endpoint_is_set(monkeypatch):
