@@ -202,3 +202,33 @@ def test_a_bad_argument_to_an_mcp_tool_in_a_plan_file_exits_2(tmp_path, time_ser
 
     assert exit_.value.code == 2
     assert any("argument 'timezone'" in p for p in json.loads(out.getvalue())["problems"])
+
+
+def test_a_plan_naming_a_tool_the_server_does_not_list_is_invalid_after_a_fresh_listing(
+    time_server,
+):
+    from plans.mcp.config import configured_servers
+    from plans.mcp.tools import connection_for
+    from plans.services.plans import plan_check
+
+    get_registry()
+    connection = connection_for(configured_servers()["time"])
+    listed_before = connection._listed_at
+
+    plan, problems = plan_check(
+        {"steps": [{"id": 1, "tool": "time.get_moon_phase", "args": {}}]}, max_steps=5
+    )
+
+    assert plan is None
+    assert problems[0].startswith("step 1: unknown tool 'time.get_moon_phase' (allowed: ")
+    assert connection._listed_at > listed_before  # asked the server again before refusing
+
+
+def test_a_misconfigured_server_is_a_system_check_error_naming_it(settings):
+    from plans.checks import check_mcp_servers
+
+    settings.AGENTSITE_MCP_SERVERS = {"time": {"command": "mcp-server-time", "url": "http://x"}}
+
+    (error,) = check_mcp_servers()
+    assert error.id == "plans.E010"
+    assert "AGENTSITE_MCP_SERVERS['time'] needs exactly one of 'command'" in error.msg
