@@ -92,7 +92,8 @@ def _message(error: ValidationError) -> str:
 
 def _missing_name(error: ValidationError) -> str | None:
     # jsonschema says "'name' is a required property"; the name is the first repr in it.
-    for name in error.validator_value or ():
+    names = error.validator_value
+    for name in names if isinstance(names, list) else ():
         absent = isinstance(error.instance, dict) and name not in error.instance
         if absent and error.message.startswith(repr(name)):
             return str(name)

@@ -103,7 +103,7 @@ class ServerConnection:
         self._lock = threading.Lock()  # serialises starts and restarts of this server only
         self._client: Client | None = None
         self._stop: asyncio.Event | None = None
-        self._owner: asyncio.Future[None] | None = None
+        self._owner: Future[None] | None = None
         self._tools: list[types.Tool] = []
         self._listed_at = 0.0
         self._failed_at = 0.0
@@ -140,7 +140,12 @@ class ServerConnection:
     # --- calls -----------------------------------------------------------------------------
 
     def call_tool(
-        self, tool: str, arguments: dict[str, Any], *, timeout_s: float, meta: dict[str, Any]
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float,
+        meta: types.RequestParamsMeta | None,
     ) -> types.CallToolResult:
         """Call one tool; ServerUnavailable if the server cannot answer, and it is restarted."""
         client, generation = self._ensure_started(), self._generation

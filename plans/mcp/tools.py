@@ -11,7 +11,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from django.conf import settings
@@ -152,7 +152,8 @@ class _McpCall:
 
     def __call__(self, **arguments: Any) -> Any:
         key = arguments.pop(IDEMPOTENCY_PARAM, None)
-        meta = {IDEMPOTENCY_META: key} if key is not None else {}
+        # RequestParamsMeta allows extra keys (PEP 728), which type checkers do not all know.
+        meta = cast("types.RequestParamsMeta", {IDEMPOTENCY_META: key}) if key else None
         result = self.connection.call_tool(
             self.tool, arguments, timeout_s=self.timeout_s, meta=meta
         )

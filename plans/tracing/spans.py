@@ -162,7 +162,8 @@ class RunTracer:
 
     def approval_waited(self, run: Run, step: Step, approval: Approval) -> None:
         with _never_raises("approval"):
-            reviewer = approval.reviewer.get_username() if approval.reviewer_id else ""
+            who = approval.reviewer if approval.reviewer_id else None
+            reviewer = who.get_username() if who is not None else ""
             self._note(
                 self._emit_approval,
                 self._trace_id(run),
