@@ -4,6 +4,7 @@ The defaults are the embedded deployment: SQLite, in-process execution and an in
 channel layer. Environment variables switch to PostgreSQL, Redis and separate workers.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -299,6 +300,13 @@ AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"
 # run: its step waits this much longer for the call's own outcome (or its tool's reconcile
 # hook) before it fails as "outcome unknown".
 AGENTSITE_TOOL_OUTCOME_WAIT_S = float(os.environ.get("AGENTSITE_TOOL_OUTCOME_WAIT_S", "300"))
+# MCP servers whose tools join the registry as <server>.<tool>: JSON mapping a short name to
+# {"command", "args", "env", "cwd"} (stdio) or {"url", "headers"} (streamable HTTP), with
+# optional per-tool "tools" overrides; see README "Tools from MCP servers".
+# OpenTelemetry: traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; tool arguments,
+# results and the goal go into span attributes (redacted as stored) only with this on.
+AGENTSITE_TRACE_CONTENT = env_bool("AGENTSITE_TRACE_CONTENT", False)
+AGENTSITE_MCP_SERVERS = json.loads(os.environ.get("AGENTSITE_MCP_SERVERS", "") or "{}")
 # A larger result (as JSON text) fails its step: it would be stored three times, pushed to
 # every watching browser and put into the answer prompt.
 AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))

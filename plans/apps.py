@@ -12,7 +12,10 @@ class PlansConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from plans import checks  # noqa: F401  (registers the system checks)
+        from plans.mcp import McpToolSource
         from plans.runtime.events import group_send, user_group
+        from plans.tools import add_tool_source
+        from plans.tracing import tracing_start_if_configured
 
         def close_sockets_on_logout(sender, request, user, **kwargs) -> None:
             if user is not None:
@@ -28,6 +31,8 @@ class PlansConfig(AppConfig):
             message = {"type": "session.changed"}
             transaction.on_commit(lambda: group_send(user_group(instance.pk), message))
 
+        add_tool_source(McpToolSource())
+        tracing_start_if_configured()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")
         post_save.connect(
             recheck_sockets_on_user_save,

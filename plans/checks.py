@@ -49,3 +49,23 @@ def check_parallel_steps(app_configs: Any = None, **kwargs: Any) -> list[checks.
             id="plans.E002",
         )
     ]
+
+
+@checks.register()
+def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """AGENTSITE_MCP_SERVERS reads cleanly, so a typo stops start-up rather than a run."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from plans.mcp.config import configured_servers
+
+    try:
+        configured_servers()
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="See the README, Tools from MCP servers.",
+                id="plans.E010",
+            )
+        ]
+    return []

@@ -104,6 +104,11 @@ class Run(models.Model):
     budget_tokens = models.PositiveIntegerField()
     max_parallel_steps = models.PositiveIntegerField(default=16)
     cancel_requested = models.BooleanField(default=False)
+    trace_id = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="OpenTelemetry trace id (hex) of the run, kept so a resumed run stays one trace.",
+    )
 
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)

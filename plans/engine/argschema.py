@@ -3,7 +3,8 @@
 Supported keywords: type (one name or a list of them), properties, required,
 additionalProperties (false only), items, enum, minimum, maximum, minLength, maxLength and
 format (date, date-time, uuid and decimal strings).
-Other keywords are ignored. Booleans are not integers or numbers, and an integral float such
+Other keywords are ignored. A schema naming its dialect with "$schema" is checked in full by
+``jsonschema_args`` instead. Booleans are not integers or numbers, and an integral float such
 as 3.0 is a number but not an integer: tools are Python functions that receive the value as is.
 """
 
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from plans.engine.jsonschema_args import check_json_schema_args
 from plans.engine.substitution import PLACEHOLDER
 
 _ARTICLED = {
@@ -59,6 +61,9 @@ def check_args(
     """
     if not isinstance(args, dict):
         return [f"arguments must be an object, got {json_type_name(args)}"]
+    if "$schema" in schema:
+        # A schema naming its dialect is full JSON Schema (an MCP tool's): checked in full.
+        return check_json_schema_args(schema, args, allow_placeholders=allow_placeholders)
     return _ArgChecker(allow_placeholders).object_problems(schema, args, path="")
 
 

@@ -29,6 +29,7 @@ from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
+from plans.runtime import telemetry
 from plans.runtime.bulk import field_value, rows_where
 from plans.runtime.events import LeaseLost, append_events, publish_text
 from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
@@ -289,6 +290,8 @@ class RunAdvancer:
             wait=True,
         )
         self.lease.released = True
+        if telemetry.observer is not None:
+            telemetry.observer.run_finished(self.run)
         return status
 
     @property
@@ -445,6 +448,8 @@ class RunAdvancer:
         run.cost_usd += cost
         run.model_call_count += 1
         self.recorder.model_call(call)
+        if telemetry.observer is not None:
+            telemetry.observer.model_call(run, call, requested_model=request.model)
         self.recorder.event(
             "model_call",
             purpose=request.purpose,

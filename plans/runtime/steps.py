@@ -38,6 +38,7 @@ from plans.engine import (
 from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.models import Approval, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
+from plans.runtime import telemetry
 from plans.runtime.events import LeaseLost
 from plans.runtime.gate import (
     Verdict,
@@ -373,6 +374,9 @@ class StepsExecution:
                 result = blocked_result(step.tool, reason)
                 self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
                 return
+            decided = gate.verdict in (Verdict.APPROVED, Verdict.REJECTED)
+            if decided and gate.approval is not None and telemetry.observer is not None:
+                telemetry.observer.approval_waited(self.run, step, gate.approval)
             if gate.verdict is Verdict.REJECTED:
                 assert gate.approval is not None
                 reason = gate.approval.reason
@@ -533,18 +537,21 @@ class StepsExecution:
             self._finish_step(step, Outcome.FAILED, error=outcome.error)
 
     def _record_attempt(self, step: Step, outcome: ToolOutcome) -> None:
-        self.recorder.tool_call(
-            run_id=self.run.pk,
-            step_id=step.pk,
-            tool=step.tool,
-            attempt=step.attempts,
-            args=step.resolved_args,
-            result=outcome.result,
-            error=outcome.error,
-            idempotency_key=outcome.idempotency_key,
-            started_at=outcome.started_at,
-            duration_ms=outcome.duration_ms,
-        )
+        row = {
+            "run_id": self.run.pk,
+            "step_id": step.pk,
+            "tool": step.tool,
+            "attempt": step.attempts,
+            "args": step.resolved_args,
+            "result": outcome.result,
+            "error": outcome.error,
+            "idempotency_key": outcome.idempotency_key,
+            "started_at": outcome.started_at,
+            "duration_ms": outcome.duration_ms,
+        }
+        self.recorder.tool_call(**row)
+        if telemetry.observer is not None:
+            telemetry.observer.tool_call(self.run, step, row)
 
     def _record_late(self, step: Step, attempt: int, outcome: ToolOutcome) -> None:
         arrived_at = timezone.now()
@@ -755,6 +762,8 @@ class StepsExecution:
             if result is not None:
                 payload["result"] = result
         self.recorder.event("step_finished", **payload)
+        if telemetry.observer is not None:
+            telemetry.observer.step_finished(self.run, step)
         self._round_progress(step.round)
         for skipped_id, reason in self.scheduler.finish(step.step_id, outcome):
             self._skip(self.steps[skipped_id], reason, step.finished_at)
@@ -769,6 +778,8 @@ class StepsExecution:
         self.recorder.event(
             "step_finished", step=step.step_id, tool=step.tool, status="skipped", error=reason
         )
+        if telemetry.observer is not None:
+            telemetry.observer.step_finished(self.run, step)
         self._round_progress(step.round)
 
     def _skip_unstarted(self, reason: str) -> None:

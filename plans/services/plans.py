@@ -54,9 +54,18 @@ def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
 def plan_check(data: Any, *, max_steps: int | None) -> tuple[engine.Plan | None, list[str]]:
     """Validate plan data against the registered tools: (plan, []) or (None, problems)."""
     try:
-        return engine.validate_plan(data, get_registry(), max_steps=max_steps), []
+        registry = get_registry(looking_for=_named_tools(data))
+        return engine.validate_plan(data, registry, max_steps=max_steps), []
     except engine.PlanInvalid as invalid:
         return None, [str(problem) for problem in invalid.problems]
+
+
+def _named_tools(data: Any) -> list[str]:
+    # A tool a server added since its list was read is looked for before the plan is refused.
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        return []
+    return [s["tool"] for s in steps if isinstance(s, dict) and isinstance(s.get("tool"), str)]
 
 
 def plan_parse_and_check(

@@ -6,7 +6,9 @@ A tool is a typed function with a docstring, decorated with ``@tool`` in a modul
 
 from plans.tools.errors import ToolError
 from plans.tools.registry import (
+    ToolSource,
     ToolSpec,
+    add_tool_source,
     get_registry,
     reset_registry,
     tool,
@@ -17,7 +19,9 @@ from plans.tools.schema import Between
 __all__ = [
     "Between",
     "ToolError",
+    "ToolSource",
     "ToolSpec",
+    "add_tool_source",
     "get_registry",
     "reset_registry",
     "tool",

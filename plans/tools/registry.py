@@ -9,7 +9,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -206,11 +206,50 @@ def tool_modules() -> list[str]:
     return list(dict.fromkeys([BUILTIN_MODULE, *configured]))
 
 
-def get_registry() -> dict[str, ToolSpec]:
-    """Tools by name from the built-ins and settings.AGENTSITE_TOOL_MODULES (loaded once).
+class ToolSource(Protocol):
+    """Tools that live elsewhere (an MCP server's), whose list can change while we run."""
 
-    A module contributes the tools decorated in it; list every module that defines tools.
+    def specs(self) -> Mapping[str, ToolSpec]:
+        """The source's tools now, by registry name."""
+        ...
+
+    def refresh(self, name: str) -> None:
+        """Read the list again: a plan names ``name``, which the source did not list."""
+        ...
+
+
+_sources: list[ToolSource] = []
+
+
+def add_tool_source(source: ToolSource) -> None:
+    """Merge a source's tools into every registry read (done once, when the app is ready)."""
+    if source not in _sources:
+        _sources.append(source)
+
+
+def get_registry(*, looking_for: Iterable[str] = ()) -> dict[str, ToolSpec]:
+    """Tools by name from the built-ins, settings.AGENTSITE_TOOL_MODULES and the tool sources.
+
+    A module contributes the tools decorated in it; list every module that defines tools. The
+    modules are loaded once; the sources (MCP servers) are read each time, and asked to
+    re-list when a name in ``looking_for`` is not among their tools.
     """
+    registry = _modules_registry()
+    if not _sources:
+        return registry
+    merged = dict(registry)
+    for source in _sources:
+        merged.update(source.specs())
+    missing = [name for name in looking_for if name not in merged]
+    if missing:
+        for source in _sources:
+            for name in missing:
+                source.refresh(name)
+            merged.update(source.specs())
+    return merged
+
+
+def _modules_registry() -> dict[str, ToolSpec]:
     global _registry, _loading
     registry = _registry
     if registry is None:

@@ -1,5 +1,6 @@
 """A live daphne (manage.py serve, own SQLite) and Debian's chromium driven by Playwright."""
 
+import json
 import os
 import re
 import socket
@@ -11,6 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.mcp_tools.servers import EVERYTHING_STDIO, TIME_SERVER
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -84,6 +87,8 @@ def daphne_server(tmp_path_factory, request):
         PYTHONUNBUFFERED="1",
         # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
         AGENTSITE_TOOL_MODULES="tests.support_tools",
+        # Real MCP servers (test_browser_mcp_approval), started when the registry is read.
+        AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
     )
     request.config.stash[SERVER_ENV] = env
     log_path = var_dir / "server.log"

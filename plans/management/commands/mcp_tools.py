@@ -1,0 +1,49 @@
+"""List the configured MCP servers, their state and their tools with the gating each gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from plans.mcp.tools import close_all, server_listings
+
+
+class Command(BaseCommand):
+    help = (
+        "Start each MCP server in AGENTSITE_MCP_SERVERS and list its tools as the agent sees "
+        "them: registry name, destructive (needs approval) or read-only, time limit."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--no-start", action="store_true", help="report the servers without starting them"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            listings = server_listings(start=not options["no_start"])
+        finally:
+            close_all()
+        if not listings:
+            self.stdout.write("no MCP servers are configured (AGENTSITE_MCP_SERVERS)")
+            return
+        down = 0
+        for listing in listings:
+            config, state = listing.config, listing.state
+            line = f"{config.name} ({config.transport}: {config.target}): {state.label}"
+            if state.detail:
+                line += f" - {state.detail}"
+                down += 1
+            self.stdout.write(line)
+            for listed in sorted(listing.tools, key=lambda t: t.name):
+                if listed.spec is None:
+                    self.stdout.write(f"  {listed.registry_name}  NOT USABLE: {listed.problem}")
+                    continue
+                gating = "destructive (needs approval)" if listed.spec.destructive else "read-only"
+                self.stdout.write(
+                    f"  {listed.registry_name}  {gating}  limit {listed.spec.timeout_s:g} s"
+                    + (f"  - {listed.spec.description}" if listed.spec.description else "")
+                )
+        if down:
+            raise CommandError(f"{down} of {len(listings)} MCP server(s) could not be started")

@@ -1,0 +1,34 @@
+"""Tools from Model Context Protocol servers, through the official ``mcp`` SDK.
+
+Servers are configured in settings.AGENTSITE_MCP_SERVERS (see ``plans.mcp.config``); their
+tools join the registry as ``<server>.<tool>``. The SDK is imported only when a server is
+configured, so a site without MCP servers pays nothing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from plans.tools import ToolSpec
+
+
+class McpToolSource:
+    """The configured MCP servers as a source of registry tools (plans.tools.add_tool_source)."""
+
+    def specs(self) -> Mapping[str, ToolSpec]:
+        if not getattr(settings, "AGENTSITE_MCP_SERVERS", None):
+            return {}
+        from plans.mcp.tools import mcp_tool_specs
+
+        return mcp_tool_specs()
+
+    def refresh(self, name: str) -> None:
+        if not getattr(settings, "AGENTSITE_MCP_SERVERS", None) or "." not in name:
+            return
+        from plans.mcp.tools import refresh_server_of
+
+        refresh_server_of(name)

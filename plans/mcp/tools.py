@@ -1,0 +1,219 @@
+"""MCP servers' tools as registry tools named ``<server>.<tool>``, gated like our own.
+
+A tool is destructive unless its server marks it ``readOnlyHint: true`` (and not
+``destructiveHint: true``); the server's "tools" setting overrides that either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, cast
+
+import mcp_types as types
+from django.conf import settings
+
+from plans.engine.jsonschema_args import DEFAULT_DIALECT, schema_problem
+from plans.mcp.config import ServerConfig, configured_servers
+from plans.mcp.connection import ServerConnection, ServerState
+from plans.tools import ToolError, ToolSpec
+from plans.tools.schema import IDEMPOTENCY_PARAM
+
+# Sent with every call so a server that deduplicates can: the executor's key for the step.
+IDEMPOTENCY_META = "agentsite/idempotency_key"
+# MCP tool names are 1-128 of these (the specification's advice); others are not registered.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
+
+_connections: dict[ServerConfig, ServerConnection] = {}
+_connections_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """One tool a server lists, with the gating it gets here and why it is not usable, if so."""
+
+    server: str
+    name: str  # as the server names it
+    spec: ToolSpec | None
+    problem: str = ""
+
+    @property
+    def registry_name(self) -> str:
+        return f"{self.server}.{self.name}"
+
+
+@dataclass(frozen=True)
+class ServerListing:
+    """A configured server as the operator sees it: reachable or why not, and its tools."""
+
+    config: ServerConfig
+    state: ServerState
+    tools: list[ListedTool]
+
+
+def connection_for(config: ServerConfig) -> ServerConnection:
+    """The process's shared connection for a configured server (a changed config, a new one)."""
+    with _connections_lock:
+        connection = _connections.get(config)
+        if connection is None:
+            stale = [c for c in _connections if c.name == config.name]
+            for old in stale:
+                _connections.pop(old).close()
+            connection = _connections[config] = ServerConnection(config)
+        return connection
+
+
+def close_all() -> None:
+    """Stop every server this process started (tests; a worker that shuts down)."""
+    with _connections_lock:
+        connections = list(_connections.values())
+        _connections.clear()
+    for connection in connections:
+        connection.close()
+
+
+def mcp_tool_specs() -> dict[str, ToolSpec]:
+    """Every usable tool of every configured server, by registry name (servers started lazily)."""
+    specs: dict[str, ToolSpec] = {}
+    for listing in server_listings():
+        for listed in listing.tools:
+            if listed.spec is not None:
+                specs[listed.registry_name] = listed.spec
+    return specs
+
+
+def server_listings(*, start: bool = True, refresh: bool = False) -> list[ServerListing]:
+    """Each configured server with its state and tools; ``start=False`` only reports."""
+    listings = []
+    for config in configured_servers().values():
+        connection = connection_for(config)
+        raw_tools = connection.refresh() if refresh else connection.tools(start=start)
+        tools = [_listed(config, connection, tool) for tool in raw_tools]
+        listings.append(ServerListing(config, connection.state, tools))
+    return listings
+
+
+def refresh_server_of(tool_name: str) -> None:
+    """Re-list the tools of the server a ``<server>.<tool>`` name points at, if configured."""
+    server = tool_name.split(".", 1)[0]
+    config = configured_servers().get(server)
+    if config is not None and "." in tool_name:
+        connection_for(config).refresh()
+
+
+def is_destructive(tool: types.Tool, config: ServerConfig) -> bool:
+    """The gating rule: destructive unless read-only by the server's word or by configuration."""
+    override = config.override(tool.name).destructive
+    if override is not None:
+        return override
+    hints = tool.annotations
+    if hints is None or hints.read_only_hint is not True:
+        return True
+    return hints.destructive_hint is True  # a contradictory hint errs on the side of the gate
+
+
+def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool) -> ListedTool:
+    if not _TOOL_NAME.match(tool.name):
+        return ListedTool(config.name, tool.name, None, "its name is not a valid MCP tool name")
+    schema = dict(tool.input_schema or {"type": "object"})
+    schema.setdefault("$schema", DEFAULT_DIALECT)  # marks it for the full JSON Schema check
+    problem = schema_problem(schema)
+    if problem is not None:
+        return ListedTool(config.name, tool.name, None, problem)
+    override = config.override(tool.name)
+    timeout_s = override.timeout_s or config.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+    call = _McpCall(connection, tool.name, timeout_s)
+    properties = schema.get("properties")
+    spec = ToolSpec(
+        name=f"{config.name}.{tool.name}",
+        fn=call,
+        description=(tool.description or tool.title or "").strip(),
+        schema=schema,
+        destructive=is_destructive(tool, config),
+        timeout_s=timeout_s,
+        # A tool with an argument of that name gets it; the key then goes only in _meta.
+        takes_idempotency_key=not (
+            isinstance(properties, dict) and IDEMPOTENCY_PARAM in properties
+        ),
+    )
+    return ListedTool(config.name, tool.name, spec)
+
+
+class _McpCall:
+    """The callable behind an MCP tool's spec: one tools/call, its result made a step's."""
+
+    def __init__(self, connection: ServerConnection, tool: str, timeout_s: float) -> None:
+        self.connection, self.tool, self.timeout_s = connection, tool, timeout_s
+        self.__module__ = "mcp"
+        self.__qualname__ = f"{connection.config.name}.{tool}"
+
+    def __call__(self, **arguments: Any) -> Any:
+        key = arguments.pop(IDEMPOTENCY_PARAM, None)
+        # RequestParamsMeta allows extra keys (PEP 728), which type checkers do not all know.
+        meta = cast("types.RequestParamsMeta", {IDEMPOTENCY_META: key}) if key else None
+        result = self.connection.call_tool(
+            self.tool, arguments, timeout_s=self.timeout_s, meta=meta
+        )
+        return step_result(result)
+
+
+def step_result(result: types.CallToolResult) -> Any:
+    """What a step records of a tool result; ToolError with the server's text when isError.
+
+    Structured content is the result as is; a lone text block holding a JSON object or array
+    is parsed; images, audio and resources become short references, never their bytes.
+    """
+    parts = [_content(block) for block in result.content]
+    if result.is_error:
+        text = " ".join(part if isinstance(part, str) else json.dumps(part) for part in parts)
+        raise ToolError(text.strip() or "the tool reported an error without a message")
+    if result.structured_content is not None:
+        return result.structured_content
+    if len(parts) == 1:
+        only = parts[0]
+        if isinstance(only, str):
+            return _json_or_text(only)
+        return only
+    return parts
+
+
+def _json_or_text(text: str) -> Any:
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            pass
+    return text
+
+
+def _content(block: Any) -> Any:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        kind = "image" if isinstance(block, types.ImageContent) else "audio"
+        return {"type": kind, "mimeType": block.mime_type, "bytes": _decoded_size(block.data)}
+    if isinstance(block, types.ResourceLink):
+        return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource
+        reference: dict[str, Any] = {"type": "resource", "uri": str(resource.uri)}
+        if resource.mime_type:
+            reference["mimeType"] = resource.mime_type
+        text = getattr(resource, "text", None)
+        blob = getattr(resource, "blob", None)
+        reference["chars" if text is not None else "bytes"] = (
+            len(text) if text is not None else _decoded_size(blob or "")
+        )
+        return reference
+    return {"type": getattr(block, "type", type(block).__name__)}
+
+
+def _decoded_size(data: str | bytes) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except ValueError:
+        return len(data)

@@ -1,0 +1,84 @@
+"""Real MCP servers for the tests: mcp-server-time (PyPI) runs from this interpreter over stdio."""
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+TIME_SERVER = {
+    "command": sys.executable,
+    "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+}
+
+
+def child_pids() -> list[int]:
+    """This process's child processes (the stdio servers it started)."""
+    me, children = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            children.append(int(entry))
+    return children
+
+
+def kill_children() -> list[int]:
+    killed = child_pids()
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    for pid in killed:
+        with contextlib.suppress(ChildProcessError):  # reaped by the SDK's own wait
+            os.waitpid(pid, 0)
+    return killed
+
+
+NODE_MODULES = Path(__file__).resolve().parents[1] / "node" / "node_modules"
+EVERYTHING_JS = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+EVERYTHING_STDIO = {
+    "command": shutil.which("node") or "node",
+    "args": [str(EVERYTHING_JS), "stdio"],
+}
+
+
+def everything_installed() -> bool:
+    return EVERYTHING_JS.exists() and shutil.which("node") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def everything_over_http() -> Iterator[str]:
+    """server-everything serving streamable HTTP on a free port; yields its /mcp URL."""
+    port = free_port()
+    process = subprocess.Popen(  # noqa: S603 - Debian's node running the npm package
+        [shutil.which("node") or "node", str(EVERYTHING_JS), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:  # blocks until the server says it listens (or exits)
+            if f"listening on port {port}" in line:
+                break
+        else:
+            raise RuntimeError(f"server-everything exited with {process.wait()}")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
