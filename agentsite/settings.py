@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "django_tasks_db",
+    "ninja",
     "plans",
 ]
 
@@ -278,3 +279,9 @@ AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
+
+# --- The API and notifications ---------------------------------------------------------
+
+# Runs created through the API, per token (or per signed-in user) per minute, with a burst.
+AGENTSITE_API_RUNS_PER_MINUTE = float(os.environ.get("AGENTSITE_API_RUNS_PER_MINUTE", "30"))
+AGENTSITE_API_RUNS_BURST = int(os.environ.get("AGENTSITE_API_RUNS_BURST", "10"))

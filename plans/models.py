@@ -418,3 +418,12 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.reference}"
+
+
+# The integrations' records live with their packages; imported here so the app registers them.
+from plans.api.models import ApiToken, IdempotencyKey  # noqa: E402, F401
+from plans.notifications.models import (  # noqa: E402, F401
+    Delivery,
+    NotificationPreference,
+    WebhookEndpoint,
+)

@@ -20,6 +20,10 @@ from plans.runtime.events import INBOX_GROUP, append_events, group_send
 from plans.runtime.tasks import run_enqueue
 from plans.tools import get_registry
 
+# Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.
+# The CLI is the operator's own shell and the TTL is the clock.
+PEOPLES_CHANNELS = frozenset({"web", "api"})
+
 
 class ApprovalRefused(Exception):
     """A decision that cannot be recorded; the message says why, and nothing was changed."""
@@ -61,7 +65,7 @@ def approvals_decide(
     reason = _clean_reason(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject.")
-    if via == "web":
+    if via in PEOPLES_CHANNELS:
         _check_reviewer_may_decide(reviewer)
     edited_args = edited_args or {}
     decided: list[Approval] = []
@@ -112,7 +116,7 @@ def plan_decide(
     reason = _clean_reason(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject a plan.")
-    if via == "web":
+    if via in PEOPLES_CHANNELS:
         _check_reviewer_may_decide(reviewer)
     with transaction.atomic():
         locked = (
@@ -124,7 +128,7 @@ def plan_decide(
         if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
             raise ApprovalRefused("This plan is not waiting for a decision.")
         if (
-            via == "web"
+            via in PEOPLES_CHANNELS
             and settings.AGENTSITE_FOUR_EYES
             and reviewer is not None
             and run.goal.author_id == reviewer.pk
@@ -244,7 +248,7 @@ def _check_decision_allowed(
         # Its step will be skipped: an "approved" on the record would say otherwise.
         raise ApprovalRefused("The run is being cancelled; nothing to decide.")
     if (
-        via == "web"
+        via in PEOPLES_CHANNELS
         and settings.AGENTSITE_FOUR_EYES
         and reviewer is not None
         and approval.run.goal.author_id == reviewer.pk
