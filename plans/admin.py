@@ -70,3 +70,7 @@ class ToolCallAdmin(ReadOnlyAdmin):
 class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "reference", "idempotency_key", "created_at"]
     list_filter = ["kind"]
+
+
+from plans.api import admin as api_admin  # noqa: E402, F401  (tokens)
+from plans.notifications import admin as notifications_admin  # noqa: E402, F401  (webhooks)

@@ -12,6 +12,7 @@ class PlansConfig(AppConfig):
         from django.db.models.signals import post_save
 
         from plans import checks  # noqa: F401  (registers the system checks)
+        from plans.notifications.dispatch import install as install_notifier
         from plans.runtime.events import group_send, user_group
 
         def close_sockets_on_logout(sender, request, user, **kwargs) -> None:
@@ -28,6 +29,7 @@ class PlansConfig(AppConfig):
             message = {"type": "session.changed"}
             transaction.on_commit(lambda: group_send(user_group(instance.pk), message))
 
+        install_notifier()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")
         post_save.connect(
             recheck_sockets_on_user_save,

@@ -48,6 +48,23 @@ def token_create(
     expires_at: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for the user; returns the row and the token itself (shown only now)."""
+    name, roles = token_check(user=user, name=name, roles=roles, expires_at=expires_at)
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=raw[: len(TOKEN_PREFIX) + 6],
+        token_sha256=token_sha256(raw),
+        roles=roles,
+        expires_at=expires_at,
+    )
+    return token, raw
+
+
+def token_check(
+    *, user: AbstractBaseUser, name: str, roles: Iterable[str], expires_at: datetime | None
+) -> tuple[str, list[str]]:
+    """The cleaned name and roles of a token that may be created; TokenRefused says why not."""
     name = name.strip()
     if not name:
         raise TokenRefused("Give the token a name, so you can tell it apart later.")
@@ -66,16 +83,7 @@ def token_create(
         )
     if expires_at is not None and expires_at <= timezone.now():
         raise TokenRefused("The expiry must be in the future.")
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
-        user=user,
-        name=name,
-        prefix=raw[: len(TOKEN_PREFIX) + 6],
-        token_sha256=token_sha256(raw),
-        roles=roles,
-        expires_at=expires_at,
-    )
-    return token, raw
+    return name, roles
 
 
 def token_revoke(*, token: ApiToken) -> ApiToken:

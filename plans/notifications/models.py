@@ -60,6 +60,7 @@ class Delivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed"
+        SKIPPED = "skipped"  # nothing left to tell by the time it was due (e.g. all decided)
 
     channel = models.CharField(max_length=10, choices=Channel)
     endpoint = models.ForeignKey(
@@ -68,6 +69,8 @@ class Delivery(models.Model):
     recipients = models.JSONField(default=list, blank=True)
     event_id = models.UUIDField(help_text="The id receivers see; a re-send keeps it.")
     event_type = models.CharField(max_length=40)
+    # One notification per thing told: e.g. one approvals email per run round, not per step.
+    dedupe_key = models.CharField(max_length=120, null=True, blank=True, unique=True)
     run = models.ForeignKey(
         "plans.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
