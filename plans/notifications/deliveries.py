@@ -276,3 +276,38 @@ def next_due_at() -> datetime | None:
         .first()
     )
     return row
+
+
+def digests_send() -> int:
+    """Email each daily-digest reviewer what waits for them; each email recorded as a delivery."""
+    from django.contrib.auth import get_user_model
+
+    from plans.notifications.models import NotificationPreference
+
+    users = get_user_model().objects.filter(
+        is_active=True,
+        notification_preference__approval_emails=NotificationPreference.ApprovalEmails.DAILY,
+    )
+    sent = 0
+    for user in users:
+        email = emails.digest_email(user)
+        if email is None:
+            continue
+        status_code, latency_ms, error, _ = send_email(email)
+        now = timezone.now()
+        Delivery.objects.create(
+            channel=Delivery.Channel.EMAIL,
+            event_id=uuid.uuid4(),
+            event_type="approval.digest",
+            recipients=email.recipients,
+            payload={"email": "digest", "user": user.pk},
+            status=Status.FAILED if error else Status.DELIVERED,
+            attempts=1,
+            last_status_code=status_code,
+            last_error=error,
+            last_latency_ms=latency_ms,
+            next_attempt_at=now,
+            finished_at=now,
+        )
+        sent += 0 if error else 1
+    return sent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -102,3 +103,44 @@ def notifications_on(settings) -> Iterator[None]:
     settings.AGENTSITE_WEBHOOK_TIMEOUT_S = 5
     yield
     notifier.stop()
+
+
+@dataclass
+class Mailbox:
+    """What a real SMTP server on loopback (aiosmtpd) received."""
+
+    messages: list[Any] = field(default_factory=list)
+
+    def to(self, address: str) -> list[Any]:
+        return [m for m in self.messages if address in m["envelope_to"]]
+
+
+@pytest.fixture
+def smtp_server(settings) -> Iterator[Mailbox]:
+    """aiosmtpd on a free loopback port; Django sends through it with the SMTP backend."""
+    from email import message_from_bytes
+    from email.policy import default
+
+    from aiosmtpd.controller import Controller
+
+    mailbox = Mailbox()
+
+    class Handler:
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+            message = message_from_bytes(envelope.content, policy=default)
+            mailbox.messages.append({"envelope_to": list(envelope.rcpt_tos), "message": message})
+            return "250 OK"
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    settings.MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {"host": "127.0.0.1", "port": port, "timeout": 5},
+        }
+    }
+    yield mailbox
+    controller.stop()
