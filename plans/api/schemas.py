@@ -36,7 +36,7 @@ class RunOptionsIn(Strict):
 
 
 class RunCreateIn(Strict):
-    goal: str = Field(..., description="What the agent should do (at most 2000 characters).")
+    goal: str = Field(..., min_length=1, max_length=2000, description="What the agent should do.")
     plan: dict[str, Any] | None = Field(
         None,
         description='A plan to run instead of asking the planner: {"steps": [{id, tool, args, '
