@@ -1,6 +1,6 @@
 from django.urls import path
 
-from plans.views import approvals, costs, goals, runs
+from plans.views import account, approvals, costs, goals, runs
 
 app_name = "plans"
 urlpatterns = [
@@ -18,4 +18,8 @@ urlpatterns = [
     path("approvals/decide/", approvals.decide, name="decide"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),
+    path("settings/", account.settings_page, name="settings"),
+    path("settings/tokens/", account.token_create_view, name="token_create"),
+    path("settings/tokens/<int:token_id>/revoke/", account.token_revoke_view, name="token_revoke"),
+    path("settings/notifications/", account.preferences_view, name="preferences"),
 ]
