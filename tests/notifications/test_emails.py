@@ -137,3 +137,19 @@ def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_s
     [digest] = smtp_server.to("dora@example.com")
     assert digest["message"]["Subject"] == "2 steps wait for your decision"
     assert "&lt;script&gt;" in digest["message"].get_body(("html",)).get_content()
+
+
+def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_server):
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "Pixel 10"}, "depends_on": []}]}
+    run = run_create(
+        author=people["author"],
+        goal_text="Price of a Pixel 10?",
+        plan_data=plan,
+        require_plan_approval=True,
+    )
+    advance_run(run.pk)
+    assert Run.objects.get(pk=run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
+
+    [sent] = delivered(smtp_server, 1)
+    assert sent["envelope_to"] == ["bob@example.com"]
+    assert sent["message"]["Subject"] == f"Run {run.pk}: plan v1 waits for your decision"
