@@ -249,13 +249,19 @@ def delivery_resend(*, delivery: Delivery) -> Delivery:
     )
 
 
-def deliveries_due(now: datetime, *, limit: int) -> list[Delivery]:
-    return list(
+def deliveries_due(
+    now: datetime, *, limit: int, busy_endpoints: set[int], mail_busy: bool
+) -> list[Delivery]:
+    """Due deliveries, leaving out targets that have all the sends in flight they may have
+    (so a backlog for a dead endpoint cannot crowd out the others)."""
+    due = (
         Delivery.objects.filter(status=Status.PENDING, next_attempt_at__lte=now)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .select_related("endpoint")
-        .order_by("next_attempt_at", "pk")[:limit]
+        .exclude(endpoint_id__in=busy_endpoints)
     )
+    if mail_busy:
+        due = due.exclude(channel=Delivery.Channel.EMAIL)
+    return list(due.select_related("endpoint").order_by("next_attempt_at", "pk")[:limit])
 
 
 def delivery_claim(delivery: Delivery, now: datetime, *, hold_s: float) -> bool:

@@ -131,7 +131,13 @@ class Notifier:
         now = timezone.now()
         per_target = settings.AGENTSITE_NOTIFY_PER_TARGET
         hold_s = settings.AGENTSITE_WEBHOOK_TIMEOUT_S * 2 + 30
-        for delivery in deliveries_due(now, limit=200):
+        with self._lock:
+            full = {target for target, count in self._in_flight.items() if count >= per_target}
+        busy_endpoints = {int(t.split("-", 1)[1]) for t in full if t.startswith("endpoint-")}
+        due = deliveries_due(
+            now, limit=200, busy_endpoints=busy_endpoints, mail_busy="mail" in full
+        )
+        for delivery in due:
             target = _target(delivery)
             with self._lock:
                 if delivery.pk in self._in_flight_ids or self._in_flight[target] >= per_target:

@@ -149,3 +149,28 @@ def test_a_delivery_can_be_resent_with_the_same_event_id(author, receiver):
     assert [row.status for row in rows] == ["delivered", "delivered"]
     assert rows[0].event_id == rows[1].event_id
     assert [r.json["id"] for r in receiver.at("/ok")] == [str(first.event_id)] * 2
+
+
+def test_a_backlog_for_a_dead_endpoint_does_not_crowd_out_the_others(author, receiver):
+    from django.utils import timezone
+
+    hanging = endpoint(receiver, "/hang", ["run.finished"])
+    Delivery.objects.bulk_create(
+        Delivery(
+            channel="webhook",
+            endpoint=hanging,
+            event_id="00000000-0000-0000-0000-000000000001",
+            event_type="run.finished",
+            payload={"backlog": n},
+            next_attempt_at=timezone.now(),
+        )
+        for n in range(300)
+    )
+    healthy = endpoint(receiver, "/ok", ["run.finished"])
+
+    finish_a_run(author)
+
+    # 300 sends of 5 s, two at a time, would take over 12 minutes to get out of the way.
+    [row] = settled(healthy)
+    assert row.status == "delivered"
+    assert len(receiver.at("/hang")) <= 2
