@@ -179,3 +179,9 @@ def install() -> None:
     from plans.runtime.events import on_events_committed
 
     on_events_committed(notifier.events_committed)
+
+
+def notifier_start() -> None:
+    """Start the notifier now (servers and workers do, so retries due after a restart go out)."""
+    if settings.AGENTSITE_NOTIFICATIONS:
+        notifier.ensure_started()
