@@ -5,7 +5,7 @@ from django.contrib.auth.models import Group, Permission
 ROLE_PERMISSIONS = {
     "authors": ["plans.add_goal"],
     "reviewers": ["plans.decide_approval", "plans.view_all_runs"],
-    "operators": ["plans.view_all_runs", "plans.view_costs"],
+    "operators": ["plans.view_all_runs", "plans.view_costs", "plans.manage_webhooks"],
 }
 
 

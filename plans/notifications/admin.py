@@ -2,45 +2,16 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from plans.notifications.catalog import WEBHOOK_EVENTS
 from plans.notifications.deliveries import delivery_resend
 from plans.notifications.dispatch import notifier
-from plans.notifications.http import UrlRefused, url_check
+from plans.notifications.forms import WebhookEndpointForm
 from plans.notifications.models import Delivery, NotificationPreference, WebhookEndpoint
-
-
-class WebhookEndpointForm(forms.ModelForm):
-    events = forms.MultipleChoiceField(
-        choices=[(name, f"{name}: {about}") for name, about in WEBHOOK_EVENTS.items()],
-        widget=forms.CheckboxSelectMultiple,
-    )
-    secret = forms.CharField(
-        required=False,
-        help_text="Signs each delivery (HMAC-SHA256 of timestamp.body). Left empty: generated.",
-    )
-
-    class Meta:
-        model = WebhookEndpoint
-        fields = ["url", "events", "secret", "active", "description"]
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data["url"]
-        try:
-            url_check(url)
-        except UrlRefused as refused:
-            raise forms.ValidationError(str(refused)) from refused
-        return url
-
-    def clean_secret(self) -> str:
-        return self.cleaned_data["secret"] or secrets.token_urlsafe(32)
 
 
 @admin.register(WebhookEndpoint)

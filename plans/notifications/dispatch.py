@@ -60,6 +60,8 @@ class Notifier:
 
     def wake(self) -> None:
         """Look for due deliveries now (e.g. after a re-send)."""
+        if not settings.AGENTSITE_NOTIFICATIONS:
+            return
         self.ensure_started()
         self._events.put(None)
 

@@ -21,6 +21,9 @@ class WebhookEndpoint(models.Model):
 
     class Meta:
         app_label = "plans"
+        permissions = [
+            ("manage_webhooks", "Can register webhook endpoints and re-send deliveries"),
+        ]
 
     def __str__(self) -> str:
         return self.url

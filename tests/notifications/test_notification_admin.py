@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from plans.notifications.admin import WebhookEndpointForm
+from plans.notifications.forms import WebhookEndpointForm
 
 pytestmark = pytest.mark.django_db
 
