@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "django_tasks_db",
+    "ninja",
     "plans",
 ]
 
@@ -206,18 +208,26 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("AGENTSITE_STATIC_ROOT", VAR_DIR / "staticfiles"))
 
-MAILERS = {
-    "default": {
-        "BACKEND": os.environ.get(
-            "AGENTSITE_EMAIL_BACKEND",
-            # Demo emails stay in memory by default; production sends through SMTP.
-            "django.core.mail.backends.locmem.EmailBackend"
-            if DEBUG
-            else "django.core.mail.backends.smtp.EmailBackend",
-        ),
+# Email: SMTP when AGENTSITE_SMTP_HOST is set (or when not in debug); else kept in memory.
+SMTP_HOST = os.environ.get("AGENTSITE_SMTP_HOST", "")
+EMAIL_BACKEND_PATH = os.environ.get(
+    "AGENTSITE_EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if SMTP_HOST or not DEBUG
+    else "django.core.mail.backends.locmem.EmailBackend",
+)
+MAILERS: dict[str, dict[str, Any]] = {"default": {"BACKEND": EMAIL_BACKEND_PATH}}
+if EMAIL_BACKEND_PATH.endswith("smtp.EmailBackend"):
+    MAILERS["default"]["OPTIONS"] = {
+        "host": SMTP_HOST or "localhost",
+        "port": int(os.environ.get("AGENTSITE_SMTP_PORT", "0")) or None,
+        "username": os.environ.get("AGENTSITE_SMTP_USER", ""),
+        "password": os.environ.get("AGENTSITE_SMTP_PASSWORD", ""),
+        "use_tls": env_bool("AGENTSITE_SMTP_STARTTLS", False),
+        "use_ssl": env_bool("AGENTSITE_SMTP_SSL", False),
+        "timeout": float(os.environ.get("AGENTSITE_SMTP_TIMEOUT_S", "10")),
     }
-}
-DEFAULT_FROM_EMAIL = "agent@agentsite.localhost"
+DEFAULT_FROM_EMAIL = os.environ.get("AGENTSITE_FROM_EMAIL", "agent@agentsite.localhost")
 
 LOGGING = {
     "version": 1,
@@ -324,3 +334,24 @@ AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
+
+# --- The API and notifications ---------------------------------------------------------
+
+# Runs created through the API, per token (or per signed-in user) per minute, with a burst.
+AGENTSITE_API_RUNS_PER_MINUTE = float(os.environ.get("AGENTSITE_API_RUNS_PER_MINUTE", "30"))
+AGENTSITE_API_RUNS_BURST = int(os.environ.get("AGENTSITE_API_RUNS_BURST", "10"))
+# Where links in emails and webhooks point (the address people reach the dashboard at).
+AGENTSITE_BASE_URL = os.environ.get("AGENTSITE_BASE_URL", "http://127.0.0.1:8000")
+AGENTSITE_NOTIFICATIONS = env_bool("AGENTSITE_NOTIFICATIONS", True)
+AGENTSITE_NOTIFY_THREADS = int(os.environ.get("AGENTSITE_NOTIFY_THREADS", "16"))
+# At most this many sends at once to one endpoint (or to the mail server).
+AGENTSITE_NOTIFY_PER_TARGET = int(os.environ.get("AGENTSITE_NOTIFY_PER_TARGET", "2"))
+AGENTSITE_NOTIFY_POLL_S = float(os.environ.get("AGENTSITE_NOTIFY_POLL_S", "2"))
+AGENTSITE_NOTIFY_MAX_ATTEMPTS = int(os.environ.get("AGENTSITE_NOTIFY_MAX_ATTEMPTS", "6"))
+AGENTSITE_NOTIFY_RETRY_BASE_S = float(os.environ.get("AGENTSITE_NOTIFY_RETRY_BASE_S", "2"))
+AGENTSITE_NOTIFY_RETRY_CAP_S = float(os.environ.get("AGENTSITE_NOTIFY_RETRY_CAP_S", "600"))
+AGENTSITE_WEBHOOK_TIMEOUT_S = float(os.environ.get("AGENTSITE_WEBHOOK_TIMEOUT_S", "10"))
+# Webhooks to loopback, private or reserved addresses are refused (SSRF) unless this is set.
+AGENTSITE_WEBHOOK_ALLOW_PRIVATE = env_bool("AGENTSITE_WEBHOOK_ALLOW_PRIVATE", False)
+# An approvals email waits this long so the other steps of its round join it.
+AGENTSITE_APPROVAL_EMAIL_DELAY_S = float(os.environ.get("AGENTSITE_APPROVAL_EMAIL_DELAY_S", "2"))

@@ -84,3 +84,7 @@ class EvalResultAdmin(ReadOnlyAdmin):
     list_filter = ["category", "passed"]
     list_select_related = ["experiment", "run"]
     search_fields = ["case_id"]
+
+
+from plans.api import admin as api_admin  # noqa: E402, F401  (tokens)
+from plans.notifications import admin as notifications_admin  # noqa: E402, F401  (webhooks)

@@ -13,6 +13,7 @@ class PlansConfig(AppConfig):
 
         from plans import checks  # noqa: F401  (registers the system checks)
         from plans.mcp import McpToolSource
+        from plans.notifications.dispatch import install as install_notifier
         from plans.runtime.events import group_send, user_group
         from plans.tools import add_tool_source
         from plans.tracing import tracing_start_if_configured
@@ -33,6 +34,7 @@ class PlansConfig(AppConfig):
 
         add_tool_source(McpToolSource())
         tracing_start_if_configured()
+        install_notifier()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")
         post_save.connect(
             recheck_sockets_on_user_save,

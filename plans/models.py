@@ -293,6 +293,7 @@ class Approval(models.Model):
 
         NONE = "", "not decided"
         WEB = "web"
+        API = "api"
         CLI = "cli", "command line"
         TTL = "ttl", "time limit"
 
@@ -590,3 +591,12 @@ class EvalResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.case_id} #{self.attempt}: {'pass' if self.passed else 'fail'}"
+
+
+# The integrations' records live with their packages; imported here so the app registers them.
+from plans.api.models import ApiToken, IdempotencyKey  # noqa: E402, F401
+from plans.notifications.models import (  # noqa: E402, F401
+    Delivery,
+    NotificationPreference,
+    WebhookEndpoint,
+)

@@ -8,7 +8,7 @@ from plans.models import Run
 ROLE_PERMISSIONS = {
     "authors": ["plans.add_goal"],
     "reviewers": ["plans.decide_approval", "plans.view_all_runs"],
-    "operators": ["plans.view_all_runs", "plans.view_costs"],
+    "operators": ["plans.view_all_runs", "plans.view_costs", "plans.manage_webhooks"],
 }
 
 
@@ -33,10 +33,15 @@ def may_submit_goals(user) -> bool:
     )
 
 
+# Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.
+# The CLI is the operator's own shell and the TTL is the clock.
+PEOPLES_CHANNELS = frozenset({"web", "api"})
+
+
 def four_eyes_forbids(*, run: Run, reviewer: User | None, via: str) -> bool:
-    """The four-eyes rule: on the web, nobody decides a step or plan of a goal they submitted."""
+    """The four-eyes rule: nobody signed in decides a step or plan of a goal they submitted."""
     return (
-        via == "web"
+        via in PEOPLES_CHANNELS
         and settings.AGENTSITE_FOUR_EYES
         and reviewer is not None
         and run.goal.author_id == reviewer.pk

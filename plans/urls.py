@@ -1,6 +1,6 @@
 from django.urls import path
 
-from plans.views import approvals, costs, evals, goals, runs
+from plans.views import account, approvals, costs, evals, goals, runs, webhooks
 
 app_name = "plans"
 urlpatterns = [
@@ -19,4 +19,20 @@ urlpatterns = [
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),
     path("evals/", evals.evals, name="evals"),
+    path("settings/", account.settings_page, name="settings"),
+    path("settings/tokens/", account.token_create_view, name="token_create"),
+    path("settings/tokens/<int:token_id>/revoke/", account.token_revoke_view, name="token_revoke"),
+    path("settings/notifications/", account.preferences_view, name="preferences"),
+    path("webhooks/", webhooks.webhooks, name="webhooks"),
+    path("webhooks/endpoints/", webhooks.endpoint_create, name="webhook_create"),
+    path(
+        "webhooks/endpoints/<int:endpoint_id>/toggle/",
+        webhooks.endpoint_toggle,
+        name="webhook_toggle",
+    ),
+    path(
+        "webhooks/deliveries/<int:delivery_id>/resend/",
+        webhooks.delivery_resend_view,
+        name="webhook_resend",
+    ),
 ]

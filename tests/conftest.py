@@ -66,3 +66,9 @@ def fresh_tool_registry():
     reset_registry()
     yield
     reset_registry()
+
+
+@pytest.fixture(autouse=True)
+def notifications_off(settings):
+    """The notifier's thread stays out of tests that do not ask for it (tests/notifications)."""
+    settings.AGENTSITE_NOTIFICATIONS = False

@@ -91,12 +91,19 @@ def rate_limit_wait(*, sleep: Callable[[float], None] = time.sleep) -> str | Non
 
 def _take_token(per_minute: float) -> float:
     """0 if a token was taken, else the seconds until one is due."""
+    return bucket_take(
+        MODEL_CALLS_BUCKET, per_minute=per_minute, burst=settings.AGENTSITE_MODEL_CALLS_BURST
+    )
+
+
+def bucket_take(name: str, *, per_minute: float, burst: float) -> float:
+    """Take one token from the named bucket shared by every process: 0, or seconds until due."""
     rate = per_minute / 60
-    capacity = max(1.0, float(settings.AGENTSITE_MODEL_CALLS_BURST))
+    capacity = max(1.0, float(burst))
     now = timezone.now()
     with transaction.atomic():
         bucket, _ = RateBucket.objects.select_for_update().get_or_create(
-            name=MODEL_CALLS_BUCKET, defaults={"tokens": capacity, "refilled_at": now}
+            name=name, defaults={"tokens": capacity, "refilled_at": now}
         )
         tokens = min(capacity, bucket.tokens + _seconds(now, bucket.refilled_at) * rate)
         if tokens >= 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -103,7 +103,7 @@ def append_events(
         events.append({"run": run_id, "seq": seq, "kind": kind, "payload": payload, "at": at})
     insert_rows(RunEvent, rows)
     update_rows(Run, [{"id": run_id, "last_event_hash": rows[-1]["hash"]}], ["last_event_hash"])
-    transaction.on_commit(lambda: publish_events(run_id, events))
+    transaction.on_commit(lambda: _committed(run_id, events))
     return events, cancel_requested
 
 
@@ -223,6 +223,28 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 # Events that change what the approvals inbox holds (decisions announce themselves).
 INBOX_KINDS = frozenset({"approval_requested", "run_finished"})
+
+
+EventsListener = Callable[[int, list[dict[str, Any]]], None]
+_listeners: list[EventsListener] = []
+
+
+def on_events_committed(listener: EventsListener) -> None:
+    """Call listener(run_id, events) after each commit of a run's events (integrations' hook).
+
+    It runs in the committing thread, often the executor's: it must hand the work off, not do it.
+    """
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def _committed(run_id: int, events: list[dict[str, Any]]) -> None:
+    publish_events(run_id, events)
+    for listener in _listeners:
+        try:
+            listener(run_id, events)
+        except Exception:
+            logger.exception("an events listener failed for run %s", run_id)
 
 
 def publish_events(run_id: int, events: list[dict[str, Any]]) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
@@ -126,6 +129,21 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
 
 
 EXPORT_FORMAT = "agentsite.run-export/1"
+
+
+class _ExportEncoder(DjangoJSONEncoder):
+    """Decimals in plain notation: a zero cost is "0.00000000", not str(Decimal)'s "0E-8"."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Decimal):
+            return format(o, "f")
+        return super().default(o)
+
+
+def run_export_json(*, run: Run) -> str:
+    """The export as JSON text, in which no byte could open a tag were it sniffed as HTML."""
+    text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def run_export_data(*, run: Run) -> dict[str, Any]:

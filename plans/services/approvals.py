@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
 from plans.models import Approval, Run
-from plans.roles import four_eyes_forbids
+from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
 from plans.runtime.events import INBOX_GROUP, append_events, group_send
 from plans.runtime.tasks import run_enqueue
 from plans.tools import get_registry
@@ -63,7 +63,7 @@ def approvals_decide(
     reason = reason_clean(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject.")
-    if via == "web":
+    if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     edited_args = edited_args or {}
     decided: list[Approval] = []

@@ -15,7 +15,7 @@ from plans import engine
 from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
-from plans.roles import four_eyes_forbids
+from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
 from plans.runtime.bulk import rows_where
 from plans.runtime.events import append_events
 from plans.runtime.leases import Lease
@@ -294,7 +294,7 @@ def plan_decide(
     reason = reason_clean(reason)
     if not approve and not reason:
         raise ApprovalRefused("A reason is required to reject a plan.")
-    if via == "web":
+    if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     with transaction.atomic():
         locked = (

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from decimal import Decimal
-from typing import Any
-
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
@@ -19,7 +14,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
-from plans.selectors.audit import run_audit_get, run_export_data
+from plans.selectors.audit import run_audit_get, run_export_json
 from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
@@ -146,23 +141,13 @@ def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
     )
 
 
-class _ExportEncoder(DjangoJSONEncoder):
-    """Decimals in plain notation: a zero cost is "0.00000000", not str(Decimal)'s "0E-8"."""
-
-    def default(self, o: Any) -> Any:
-        if isinstance(o, Decimal):
-            return format(o, "f")
-        return super().default(o)
-
-
 @login_required
 @require_GET
 def run_export(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
-    text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
-    # Same JSON, but no byte of it can open a tag even if a browser were to sniff it as HTML.
-    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-    response = HttpResponse(text, content_type="application/json; charset=utf-8")
+    response = HttpResponse(
+        run_export_json(run=run), content_type="application/json; charset=utf-8"
+    )
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"run-{run.pk}.json"
     )

@@ -80,6 +80,9 @@ class Command(BaseCommand):
             options["threads"], prefix=prefix, listen=not options["no_listen"]
         )
         sweeper = None if options["no_sweeper"] else start_sweeper_thread()
+        from plans.notifications.dispatch import notifier_start
+
+        notifier_start()  # emails and webhooks for the events these workers commit
         gc_tune_for_serving()
         logger.info(
             "worker process %s: %d threads, sweeper %s, database %s",

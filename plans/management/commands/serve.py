@@ -49,6 +49,9 @@ class Command(BaseCommand):
         if options["workers"]:
             start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")
             start_sweeper_thread()
+        from plans.notifications.dispatch import notifier_start
+
+        notifier_start()  # retries left pending by an earlier process go out without waiting
 
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server

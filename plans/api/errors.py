@@ -1,0 +1,119 @@
+"""Every API error as JSON: a stable code a program can test and a detail a person can read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+
+class ErrorOut(Schema):
+    code: str
+    detail: str
+    problems: list[str] | None = None
+
+
+class ApiError(Exception):
+    """An error response: status, code, detail, and optional problems (e.g. a plan's)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        problems: list[str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+        self.problems, self.headers = problems, headers or {}
+
+
+class TokenInvalid(AuthenticationError):
+    """A bearer token was sent but is unknown, revoked or expired (no fallback to the session)."""
+
+
+def not_found(what: str = "run") -> ApiError:
+    # A run someone may not see is reported exactly like one that does not exist.
+    return ApiError(404, "not_found", f"No such {what}.")
+
+
+def error_response(
+    api: NinjaAPI,
+    request: HttpRequest,
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    problems: list[str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> HttpResponse:
+    body: dict[str, Any] = {"code": code, "detail": detail}
+    if problems is not None:
+        body["problems"] = problems
+    response = api.create_response(request, body, status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def install_error_handlers(api: NinjaAPI) -> None:
+    """Map every exception the API raises (or Ninja raises for it) to the JSON error shape."""
+
+    @api.exception_handler(ApiError)
+    def api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+        return error_response(
+            api,
+            request,
+            exc.status,
+            exc.code,
+            exc.detail,
+            problems=exc.problems,
+            headers=exc.headers,
+        )
+
+    @api.exception_handler(TokenInvalid)
+    def token_invalid(request: HttpRequest, exc: TokenInvalid) -> HttpResponse:
+        detail = "The bearer token is unknown, revoked or expired."
+        return error_response(
+            api, request, 401, "token_invalid", detail, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        detail = "Send a personal API token as 'Authorization: Bearer <token>', or sign in."
+        return error_response(
+            api, request, 401, "not_authenticated", detail, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    @api.exception_handler(ValidationError)
+    def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        problems = [_problem_text(error) for error in exc.errors]
+        return error_response(
+            api,
+            request,
+            422,
+            "invalid_request",
+            "The request is not valid: " + "; ".join(problems),
+            problems=problems,
+        )
+
+    @api.exception_handler(Http404)
+    def missing(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return error_response(api, request, 404, "not_found", str(exc) or "Not found.")
+
+    @api.exception_handler(HttpError)
+    def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        code = {400: "bad_request", 403: "csrf_failed", 405: "method_not_allowed"}.get(
+            exc.status_code, "error"
+        )
+        return error_response(api, request, exc.status_code, code, str(exc))
+
+
+def _problem_text(error: dict[str, Any]) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
+    message = str(error.get("msg", "invalid"))
+    return f"{where}: {message}" if where else message

@@ -1,0 +1,350 @@
+"""/api/v1/runs/: hand the agent goals, list and read runs, follow their events, cancel them."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import reverse
+from ninja import Query, Router, Status
+
+from plans.api.cursor import after_cursor, cursor_for
+from plans.api.errors import ApiError, ErrorOut, not_found
+from plans.api.models import IdempotencyKey
+from plans.api.schemas import (
+    EventsOut,
+    RunCreateIn,
+    RunFiltersIn,
+    RunListOut,
+    RunOut,
+)
+from plans.api.tokens import may_create_runs
+from plans.engine import canonical_json
+from plans.guards.budgets import bucket_take
+from plans.models import Run, RunEvent
+from plans.runtime.events import event_message
+from plans.selectors.audit import run_export_json
+from plans.selectors.runs import RunFilters, run_visible_get, runs_matching
+from plans.services.plans import plan_check
+from plans.services.runs import GoalRejected, run_cancel, run_create, run_start, run_summary
+
+router = Router(tags=["runs"])
+
+ERRORS: dict[int, type[ErrorOut]] = {
+    401: ErrorOut,
+    404: ErrorOut,
+    422: ErrorOut,
+}
+# How often a followed run's event log is read for new events, and how often an idle stream
+# sends a comment so proxies keep it open.
+STREAM_POLL_S = 0.25
+STREAM_HEARTBEAT_S = 15.0
+EVENT_STREAM = "text/event-stream"
+
+
+def visible_run(request: HttpRequest, run_id: int) -> Run:
+    run = run_visible_get(user=request.user, run_id=run_id) if 0 < run_id < 2**63 else None
+    if run is None:
+        raise not_found()
+    return run
+
+
+def run_url(request: HttpRequest, run_id: int) -> str:
+    return request.build_absolute_uri(reverse("plans:run_detail", args=[run_id]))
+
+
+def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """The run as the API shows it: the CLI's summary plus its versions, calls and budget."""
+    run.refresh_from_db()
+    summary = run_summary(run)
+    versions = run.plans.order_by("version")
+    calls = run.model_calls.order_by("created_at", "pk")
+    return {
+        **summary,
+        "id": run.pk,
+        "url": run_url(request, run.pk),
+        "author": run.goal.author.get_username(),
+        "cancel_requested": run.cancel_requested,
+        "plan_versions": [
+            {
+                "version": plan.version,
+                "source": plan.source,
+                "is_valid": plan.is_valid,
+                "problems": plan.problems,
+                "decision": plan.decision,
+                "created_at": plan.created_at,
+            }
+            for plan in versions
+        ],
+        "model_call_list": [
+            {
+                "purpose": call.purpose,
+                "model": call.model,
+                "input_tokens": call.input_tokens,
+                "output_tokens": call.output_tokens,
+                "cost_usd": format(call.cost_usd, "f"),
+                "latency_ms": call.latency_ms,
+                "error": call.error,
+                "created_at": call.created_at,
+            }
+            for call in calls
+        ],
+        "cost_usd": format(run.cost_usd, "f"),
+        "budget_usd": format(run.budget_usd, "f"),
+        "budget_tokens": run.budget_tokens,
+        "last_seq": run.last_seq,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+
+
+# --- create ----------------------------------------------------------------------------------
+
+
+@router.post(
+    "/runs/",
+    response={
+        200: RunOut,
+        201: RunOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        422: ErrorOut,
+        429: ErrorOut,
+    },
+    summary="Hand the agent a goal (optionally with a plan)",
+    description="201 with the new run, already handed to a worker. With an Idempotency-Key "
+    "header a retry returns the first run (200); the same key with another body is a 422. "
+    "An invalid plan is a 422 listing every problem, and nothing is created.",
+)
+def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
+    user: User = request.user  # type: ignore[assignment]
+    if not may_create_runs(user):
+        raise ApiError(
+            403, "not_an_author", "Only authors may hand the agent goals (token role: authors)."
+        )
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > 200:
+        raise ApiError(422, "invalid_idempotency_key", "The Idempotency-Key is over 200 chars.")
+    fingerprint = hashlib.sha256(canonical_json(body.model_dump(mode="json")).encode()).hexdigest()
+    if key:
+        replay = _replayed(user, key, fingerprint)
+        if replay is not None:
+            return Status(200, run_out(request, replay))
+    _rate_limit(request, user)
+    if body.plan is not None:
+        _, problems = plan_check(body.plan, max_steps=settings.AGENTSITE_MAX_PLAN_STEPS)
+        if problems:
+            raise ApiError(
+                422,
+                "plan_invalid",
+                f"The plan is invalid ({len(problems)} problem{'s' if len(problems) > 1 else ''}).",
+                problems=problems,
+            )
+    options = body.options
+    try:
+        with transaction.atomic():
+            run = run_create(
+                author=user,
+                goal_text=body.goal,
+                plan_data=body.plan,
+                require_plan_approval=options.require_plan_approval,
+                run_dependants_of_failures=options.run_dependants_of_failures,
+                budget_usd=options.budget_usd,
+                budget_tokens=options.budget_tokens,
+                max_parallel_steps=options.max_parallel_steps,
+            )
+            if key:
+                IdempotencyKey.objects.create(
+                    user=user, key=key, request_sha256=fingerprint, run=run
+                )
+            run_start(run)
+    except GoalRejected as rejected:
+        raise ApiError(422, "goal_rejected", str(rejected)) from rejected
+    except IntegrityError:
+        # The same key raced in from another request: that request's run is the answer.
+        replay = _replayed(user, key, fingerprint) if key else None
+        if replay is None:
+            raise
+        return Status(200, run_out(request, replay))
+    return Status(201, run_out(request, run))
+
+
+def _replayed(user: User, key: str, fingerprint: str) -> Run | None:
+    earlier = IdempotencyKey.objects.filter(user=user, key=key).select_related("run").first()
+    if earlier is None:
+        return None
+    if earlier.request_sha256 != fingerprint:
+        raise ApiError(
+            422,
+            "idempotency_key_reused",
+            "This Idempotency-Key was used with a different request body; use a new key.",
+        )
+    return earlier.run
+
+
+def _rate_limit(request: HttpRequest, user: User) -> None:
+    per_minute = settings.AGENTSITE_API_RUNS_PER_MINUTE
+    if per_minute <= 0:
+        return
+    token = getattr(request, "api_token", None)
+    name = f"api-runs:token-{token.pk}" if token is not None else f"api-runs:user-{user.pk}"
+    wait_s = bucket_take(name, per_minute=per_minute, burst=settings.AGENTSITE_API_RUNS_BURST)
+    if wait_s > 0:
+        retry_after = max(1, math.ceil(wait_s))
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"Too many runs created with this token ({per_minute:g} per minute); "
+            f"retry in {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+# --- read ------------------------------------------------------------------------------------
+
+
+@router.get("/runs/", response={200: RunListOut, **ERRORS}, summary="The runs you may see")
+def list_runs(request: HttpRequest, filters: Query[RunFiltersIn]) -> dict[str, Any]:
+    runs = runs_matching(
+        viewer=request.user,
+        filters=RunFilters(
+            status=filters.status,
+            author=filters.author or None,
+            date_from=filters.date_from,
+            date_to=filters.date_to,
+            tool=filters.tool or None,
+            sort=filters.sort,
+        ),
+    )
+    if filters.cursor:
+        runs = after_cursor(runs, filters.sort, filters.cursor)
+    page = list(runs[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {
+        "results": [
+            {
+                "id": run.pk,
+                "url": run_url(request, run.pk),
+                "status": run.status,
+                "goal": run.goal.text,
+                "author": run.goal.author.get_username(),
+                "cost_usd": format(run.cost_usd, "f"),
+                "total_tokens": run.total_tokens,
+                "created_at": run.created_at,
+                "started_at": run.started_at,
+                "finished_at": run.finished_at,
+                "duration_ms": run.duration_ms,
+            }
+            for run in page
+        ],
+        "next_cursor": cursor_for(page[-1], filters.sort) if more and page else None,
+    }
+
+
+@router.get("/runs/{run_id}/", response={200: RunOut, **ERRORS}, summary="One run in full")
+def get_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
+    return run_out(request, visible_run(request, run_id))
+
+
+@router.post(
+    "/runs/{run_id}/cancel/",
+    response={200: RunOut, **ERRORS},
+    summary="Stop a run: nothing new starts; steps in flight finish and are recorded",
+)
+def cancel_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
+    run = run_cancel(run=visible_run(request, run_id), user=request.user)  # type: ignore[arg-type]
+    return run_out(request, run)
+
+
+@router.get(
+    "/runs/{run_id}/export/",
+    response={200: dict[str, Any], **ERRORS},
+    summary="The run's whole record, as the audit page exports it",
+)
+def export_run(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = visible_run(request, run_id)
+    response = HttpResponse(run_export_json(run=run), content_type="application/json")
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@router.get(
+    "/runs/{run_id}/events/",
+    response={200: EventsOut, **ERRORS},
+    summary="The run's event log after a seq; text/event-stream follows it live",
+    description="With 'Accept: text/event-stream' the response is a stream of server-sent "
+    "events (id: seq, event: kind, data: the event as JSON) that ends after the run's last "
+    "event; Last-Event-ID resumes it.",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The events",
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/EventsOut"}},
+                    EVENT_STREAM: {"schema": {"type": "string"}},
+                },
+            }
+        }
+    },
+)
+def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
+    run = visible_run(request, run_id)
+    if not 0 <= after < 2**63:
+        raise ApiError(422, "invalid_request", "after must be a seq: a whole number from 0.")
+    if EVENT_STREAM in request.headers.get("Accept", ""):
+        resume = request.headers.get("Last-Event-ID", "")
+        if resume.isascii() and resume.isdecimal() and len(resume) < 19:
+            after = max(after, int(resume))
+        response = StreamingHttpResponse(_event_stream(run.pk, after), content_type=EVENT_STREAM)
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    events = [event_message(event) for event in RunEvent.objects.filter(run=run, seq__gt=after)]
+    return {
+        "events": events,
+        "last_seq": run.last_seq,
+        "finished": run.is_terminal and (not events or events[-1]["seq"] == run.last_seq),
+    }
+
+
+def _events_after(run_id: int, after: int) -> tuple[list[dict[str, Any]], bool]:
+    run = Run.objects.only("status", "last_seq").get(pk=run_id)
+    events = [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
+    seen = events[-1]["seq"] if events else after
+    return events, run.is_terminal and seen >= run.last_seq
+
+
+async def _event_stream(run_id: int, after: int) -> AsyncIterator[str]:
+    """Server-sent events until the run has ended and its last event was sent."""
+    read = sync_to_async(_events_after, thread_sensitive=False)
+    loop = asyncio.get_running_loop()
+    quiet_since = loop.time()
+    yield "retry: 2000\n\n"
+    while True:
+        events, finished = await read(run_id, after)
+        for event in events:
+            after = event["seq"]
+            data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+            yield f"id: {event['seq']}\nevent: {event['kind']}\ndata: {data}\n\n"
+        if finished:
+            return
+        if events:
+            quiet_since = loop.time()
+        elif loop.time() - quiet_since > STREAM_HEARTBEAT_S:
+            quiet_since = loop.time()
+            yield ": still running\n\n"
+        await asyncio.sleep(STREAM_POLL_S)

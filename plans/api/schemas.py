@@ -1,0 +1,232 @@
+"""The API's request and response bodies (they are also the OpenAPI schema's components)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal
+
+from ninja import Field, Schema
+from pydantic import ConfigDict
+
+from plans.models import Run
+from plans.selectors.runs import RUN_SORTS
+
+if TYPE_CHECKING:  # the literals are built from the model and the selector at run time
+    RunStatus = str
+    RunSort = str
+else:
+    RunStatus = Literal[tuple(Run.Status.values)]
+    RunSort = Literal[tuple(RUN_SORTS)]
+
+
+class Strict(Schema):
+    # A misspelt option must be an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunOptionsIn(Strict):
+    require_plan_approval: bool = Field(
+        False, description="A reviewer approves the whole plan before any step runs."
+    )
+    run_dependants_of_failures: bool = Field(
+        False, description="Let dependants of a failed step run with the error text."
+    )
+    budget_usd: Decimal | None = Field(
+        None, ge=0, le=1_000_000, max_digits=12, decimal_places=6, description="Model spend cap."
+    )
+    budget_tokens: int | None = Field(None, ge=0, le=2_000_000_000)
+    max_parallel_steps: int | None = Field(None, ge=1, le=1000)
+
+
+class RunCreateIn(Strict):
+    goal: str = Field(..., min_length=1, max_length=2000, description="What the agent should do.")
+    plan: dict[str, Any] | None = Field(
+        None,
+        description='A plan to run instead of asking the planner: {"steps": [{id, tool, args, '
+        "depends_on}]}; validated like the CLI's --plan-file.",
+    )
+    # Every option has a default; mypy cannot see Field() defaults through ninja's Schema.
+    options: RunOptionsIn = Field(default_factory=lambda: RunOptionsIn())  # type: ignore[call-arg]
+
+
+class RunListItemOut(Schema):
+    id: int
+    url: str
+    status: str
+    goal: str
+    author: str
+    cost_usd: str
+    total_tokens: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_ms: int | None
+
+
+class RunListOut(Schema):
+    results: list[RunListItemOut]
+    next_cursor: str | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
+
+
+class PlanStepOut(Schema):
+    id: int
+    tool: str
+    args: dict[str, Any]
+    depends_on: list[int]
+
+
+class PlanVersionOut(Schema):
+    version: int
+    source: str
+    is_valid: bool
+    problems: list[Any]
+    decision: str
+    created_at: datetime
+
+
+class CurrentPlanOut(Schema):
+    version: int | None
+    valid: bool
+    problems: list[Any]
+    steps: list[PlanStepOut]
+
+
+class StepOutcomeOut(Schema):
+    status: str
+    result: Any = None
+    error: str
+    round: int
+    attempts: int
+
+
+class TokensOut(Schema):
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+
+
+class ModelCallOut(Schema):
+    purpose: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: str
+    latency_ms: int
+    error: str
+    created_at: datetime
+
+
+class RunOut(Schema):
+    id: int
+    url: str
+    status: str
+    goal: str
+    author: str
+    cancel_requested: bool
+    plan: CurrentPlanOut
+    plan_versions: list[PlanVersionOut]
+    rounds: list[list[int]]
+    steps: dict[str, StepOutcomeOut]
+    answer: str
+    error: str
+    model_calls: int
+    model_call_list: list[ModelCallOut]
+    tokens: TokensOut
+    cost_usd: str
+    budget_usd: str
+    budget_tokens: int
+    last_seq: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class EventOut(Schema):
+    run: int
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    at: str
+
+
+class EventsOut(Schema):
+    events: list[EventOut]
+    last_seq: int = Field(..., description="The run's latest event; ask again with ?after= it.")
+    finished: bool = Field(..., description="The run has ended: no event will follow its last.")
+
+
+class UpstreamResultOut(Schema):
+    step: int
+    tool: str
+    status: str
+    result: Any = None
+    error: str
+
+
+class ApprovalOut(Schema):
+    id: int
+    run: int
+    run_url: str
+    goal: str
+    author: str
+    step: int
+    round: int
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str = Field(..., description="Send it back with the decision: it must match.")
+    requested_at: datetime
+    inputs: list[UpstreamResultOut]
+
+
+class ApprovalChoiceIn(Strict):
+    id: int = Field(..., ge=1, le=2**63 - 1)
+    args_sha256: str = Field(
+        ..., min_length=64, max_length=64, description="The hash of the arguments you saw."
+    )
+    args: dict[str, Any] | None = Field(
+        None, description="Edited arguments to approve instead (validated like the inbox's)."
+    )
+
+
+class DecisionIn(Strict):
+    decision: Literal["approve", "reject"]
+    reason: str = Field("", max_length=2000, description="Required to reject.")
+    approvals: list[ApprovalChoiceIn] = Field(..., min_length=1, max_length=100)
+
+
+class DecidedOut(Schema):
+    id: int
+    run: int
+    tool: str
+    decision: str
+    args: dict[str, Any]
+    args_sha256: str
+    edited: bool
+    reviewer: str
+    reason: str
+    decided_at: datetime | None
+
+
+class DecisionOut(Schema):
+    decided: list[DecidedOut]
+
+
+class PlanDecisionIn(Strict):
+    decision: Literal["approve", "reject"]
+    reason: str = Field("", max_length=2000)
+    version: int = Field(..., ge=1, le=2**31, description="The plan version you reviewed.")
+
+
+class RunFiltersIn(Schema):
+    status: RunStatus | None = None
+    author: str | None = Field(None, max_length=150)
+    date_from: date | None = None
+    date_to: date | None = None
+    tool: str | None = Field(None, max_length=100)
+    sort: RunSort = "-date"
+    cursor: str | None = Field(None, max_length=500)
+    limit: int = Field(50, ge=1, le=200)

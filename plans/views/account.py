@@ -1,0 +1,110 @@
+"""Your settings: personal API tokens (created, shown once, revoked) and which emails you get."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from plans.api.models import ApiToken
+from plans.api.tokens import TokenRefused, roles_grantable, token_create, token_revoke
+from plans.notifications.models import NotificationPreference
+from plans.views.params import SignedInRequest
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    roles = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    expires_in_days = forms.IntegerField(
+        required=False, min_value=1, max_value=3650, label="Expires in (days)"
+    )
+
+    def __init__(self, *args: object, user: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        roles = self.fields["roles"]
+        assert isinstance(roles, forms.MultipleChoiceField)
+        roles.choices = [(r, r) for r in roles_grantable(user)]  # type: ignore[arg-type]
+
+
+class PreferenceForm(forms.ModelForm):
+    class Meta:
+        model = NotificationPreference
+        fields = ["approval_emails", "run_finished_emails"]
+        labels = {
+            "approval_emails": "Emails when steps or plans wait for your decision",
+            "run_finished_emails": "Email me when my runs end",
+        }
+
+
+def _page(
+    request: SignedInRequest,
+    *,
+    token_form: TokenForm | None = None,
+    new_token: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    preference = NotificationPreference.objects.filter(user=request.user).first()
+    context = {
+        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "token_form": token_form or TokenForm(user=request.user),
+        "preference_form": PreferenceForm(instance=preference),
+        "new_token": new_token,
+        "now": timezone.now(),
+    }
+    return render(request, "plans/settings.html", context, status=status)
+
+
+@require_GET
+def settings_page(request: SignedInRequest) -> HttpResponse:
+    return _page(request)
+
+
+@require_POST
+def token_create_view(request: SignedInRequest) -> HttpResponse:
+    form = TokenForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _page(request, token_form=form, status=422)
+    days = form.cleaned_data["expires_in_days"]
+    try:
+        _, raw = token_create(
+            user=request.user,
+            name=form.cleaned_data["name"],
+            roles=form.cleaned_data["roles"],
+            expires_at=timezone.now() + timedelta(days=days) if days else None,
+        )
+    except TokenRefused as refused:
+        form.add_error(None, str(refused))
+        return _page(request, token_form=form, status=422)
+    # Shown on this response only: the page is not cached and the token is never stored.
+    response = _page(request, new_token=raw)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+def token_revoke_view(request: SignedInRequest, token_id: int) -> HttpResponse:
+    token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    if token is None:
+        raise Http404("No such token.")
+    token_revoke(token=token)
+    messages.success(request, f"Token “{token.name}” revoked.")
+    return redirect("plans:settings")
+
+
+@require_POST
+def preferences_view(request: SignedInRequest) -> HttpResponse:
+    preference = NotificationPreference.objects.filter(user=request.user).first()
+    form = PreferenceForm(request.POST, instance=preference)
+    if not form.is_valid():
+        messages.error(request, "Choose one of the offered email settings.")
+        return redirect("plans:settings")
+    saved = form.save(commit=False)
+    saved.user = request.user
+    saved.save()
+    messages.success(request, "Email settings saved.")
+    return redirect("plans:settings")

@@ -1,0 +1,155 @@
+"""Emails, received by a real SMTP server on loopback: reviewers when a decision waits (one per
+round), authors when their run ends, a daily digest for those who chose it."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+
+from plans.models import Run
+from plans.notifications.models import Delivery, NotificationPreference
+from plans.runtime.advance import advance_run
+from plans.services.runs import run_create
+from tests.integration.support import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("notifications_on")]
+
+HOSTILE_GOAL = 'Refund A-1001 <script>alert("x")</script> & <b>now</b>'
+TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND = {
+    "steps": [
+        {"id": 1, "tool": "order_total", "args": {"order_id": "A-1001"}, "depends_on": []},
+        {
+            "id": 2,
+            "tool": "issue_refund",
+            "args": {"order_id": "A-1001", "amount_inr": "{{1}}", "reason": "<img src=x>"},
+            "depends_on": [1],
+        },
+        {
+            "id": 3,
+            "tool": "send_email",
+            "args": {
+                "to": "customer-a1001@example.com",
+                "subject": "Refund",
+                "body": "Card 4111 1111 1111 1111 refunded INR {{1}}",
+            },
+            "depends_on": [1],
+        },
+    ]
+}
+
+
+@pytest.fixture
+def people(django_user_model, author, reviewer):
+    decide = Permission.objects.get(codename="decide_approval")
+    author.email = "alice@example.com"
+    author.save()
+    author.user_permissions.add(decide)  # alice reviews too, but not her own goals
+    reviewer.email = "bob@example.com"
+    reviewer.save()
+    quiet = django_user_model.objects.create_user("quinn", email="quinn@example.com")
+    quiet.user_permissions.add(decide)
+    NotificationPreference.objects.create(user=quiet, approval_emails="none")
+    digest = django_user_model.objects.create_user("dora", email="dora@example.com")
+    digest.user_permissions.add(decide)
+    NotificationPreference.objects.create(user=digest, approval_emails="daily")
+    return {"author": author, "reviewer": reviewer}
+
+
+def delivered(mailbox, count: int):
+    return wait_until(
+        lambda: mailbox.messages if len(mailbox.messages) >= count else None,
+        timeout=20,
+        every=0.05,
+        what=f"{count} emails",
+    )
+
+
+def test_reviewers_get_one_email_per_round_waiting_not_the_author_under_four_eyes(
+    people, smtp_server
+):
+    run = run_create(
+        author=people["author"],
+        goal_text=HOSTILE_GOAL,
+        plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
+    )
+    advance_run(run.pk)
+    assert Run.objects.get(pk=run.pk).status == Run.Status.AWAITING_APPROVAL
+
+    [sent] = delivered(smtp_server, 1)
+    wait_until(
+        lambda: not Delivery.objects.filter(status="pending").exists(), timeout=10, what="idle"
+    )
+    assert sent["envelope_to"] == ["bob@example.com"]  # not alice (author), quinn, dora
+    message = sent["message"]
+    assert message["Subject"] == (
+        f"Run {run.pk}: 2 steps (issue_refund, send_email) wait for your decision"
+    )
+    text = message.get_body(preferencelist=("plain",)).get_content()
+    html = message.get_body(preferencelist=("html",)).get_content()
+    assert HOSTILE_GOAL in text
+    assert "issue_refund" in text and '"amount_inr": 2499' in text
+    assert f"/approvals/#group-{run.pk}-2" in text
+    assert "<script>" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert "<img src=x>" not in html and "&lt;img src=x&gt;" in html
+    assert "4111 1111 1111 1111" not in text + html  # redacted as stored
+    [row] = Delivery.objects.filter(channel="email")
+    assert row.status == "delivered" and row.attempts == 1
+    assert row.recipients == ["bob@example.com"]
+
+
+def test_the_author_is_emailed_when_the_run_ends(people, smtp_server):
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "Pixel 10"}, "depends_on": []}]}
+    run = run_create(author=people["author"], goal_text="Price of a Pixel 10?", plan_data=plan)
+    advance_run(run.pk)
+
+    [sent] = delivered(smtp_server, 1)
+    assert sent["envelope_to"] == ["alice@example.com"]
+    assert sent["message"]["Subject"] == f"Run {run.pk} completed"
+    assert "Price of a Pixel 10?" in sent["message"].get_body(("plain",)).get_content()
+
+
+def test_an_author_who_turned_them_off_gets_no_run_emails(people, smtp_server):
+    NotificationPreference.objects.create(user=people["author"], run_finished_emails=False)
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "Pixel 10"}, "depends_on": []}]}
+    run = run_create(author=people["author"], goal_text="Price?", plan_data=plan)
+    advance_run(run.pk)
+
+    wait_until(
+        lambda: Delivery.objects.filter(channel="email", status="skipped").exists(),
+        timeout=20,
+        what="the skipped email",
+    )
+    assert smtp_server.messages == []
+
+
+def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_server):
+    run = run_create(
+        author=people["author"],
+        goal_text=HOSTILE_GOAL,
+        plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
+    )
+    advance_run(run.pk)
+    delivered(smtp_server, 1)  # bob's, at once
+
+    call_command("send_approval_digest", verbosity=0)
+
+    [digest] = smtp_server.to("dora@example.com")
+    assert digest["message"]["Subject"] == "2 steps wait for your decision"
+    assert "&lt;script&gt;" in digest["message"].get_body(("html",)).get_content()
+
+
+def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_server):
+    plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "Pixel 10"}, "depends_on": []}]}
+    run = run_create(
+        author=people["author"],
+        goal_text="Price of a Pixel 10?",
+        plan_data=plan,
+        require_plan_approval=True,
+    )
+    advance_run(run.pk)
+    assert Run.objects.get(pk=run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL
+
+    [sent] = delivered(smtp_server, 1)
+    assert sent["envelope_to"] == ["bob@example.com"]
+    assert sent["message"]["Subject"] == f"Run {run.pk}: plan v1 waits for your decision"
