@@ -96,7 +96,14 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
                 due=now,
             )
         ]
-    if event_type == "run.finished" and payload.get("status") in FINISHED_EMAIL_STATUSES:
+    if (
+        event_type == "run.finished"
+        and payload.get("status") in FINISHED_EMAIL_STATUSES
+        # Checked now, not only when sending: an author without an address is nobody to tell,
+        # and a row for each such run would take the write lock beside every run's own writes.
+        # (One who turned these emails off gets a row, skipped when due: the choice is on record.)
+        and run.goal.author.email
+    ):
         return [
             _email_row(
                 run,

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from plans.notifications.catalog import NOTIFYING_KINDS
@@ -111,6 +111,7 @@ class Notifier:
                 item = self._events.get(timeout=poll_s)
             except queue.Empty:
                 item = None
+            look = item is None  # a poll, a wake or a freed slot: look for due rows
             try:
                 batches = [item] if item is not None else []
                 while True:  # everything else already queued, in one go
@@ -120,14 +121,22 @@ class Notifier:
                         break
                     if more is not None:
                         batches.append(more)
+                    else:
+                        look = True
                 for run_id, events in batches:
-                    deliveries_for_events(run_id, events)
-                if not self._stopping.is_set():
+                    if deliveries_for_events(run_id, events):
+                        look = True
+                # Most committed events call for nothing: then there is nothing new to send,
+                # and the executor's threads keep the interpreter and the database to themselves.
+                if look and not self._stopping.is_set():
                     self._send_due()
             except Exception:
                 logger.exception("the notifier failed a round; it goes on")
-            finally:
                 close_old_connections()
+            else:
+                # The thread keeps its connection between rounds (one per process, as the
+                # lease keeper does); one past its age or broken is replaced.
+                close_old_connections_if_stale()
 
     def _send_due(self) -> None:
         now = timezone.now()
@@ -167,6 +176,12 @@ class Notifier:
                 self._in_flight_ids.discard(delivery.pk)
             if not self._stopping.is_set():
                 self._events.put(None)  # a slot is free: look again
+
+
+def close_old_connections_if_stale() -> None:
+    """Close the thread's connection only if it is broken (CONN_MAX_AGE 0 closes it always)."""
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()
 
 
 def _target(delivery: Delivery) -> str:
