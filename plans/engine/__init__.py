@@ -23,7 +23,15 @@ from plans.engine.policies import (
     idempotency_key,
 )
 from plans.engine.scheduler import Outcome, Scheduler
-from plans.engine.substitution import PLACEHOLDER, UnresolvedPlaceholder, placeholder_refs, resolve
+from plans.engine.substitution import (
+    PLACEHOLDER,
+    MissingPath,
+    Placeholder,
+    UnresolvedPlaceholder,
+    placeholder_refs,
+    placeholders,
+    resolve,
+)
 from plans.engine.text import storable, unstorable_in
 from plans.engine.validation import ToolSignature, validate_plan
 
@@ -32,7 +40,9 @@ __all__ = [
     "MAX_STEP_ID",
     "PLACEHOLDER",
     "Budget",
+    "MissingPath",
     "Outcome",
+    "Placeholder",
     "Plan",
     "PlanInvalid",
     "PlanParseError",
@@ -57,6 +67,7 @@ __all__ = [
     "json_type_name",
     "parse_planner_output",
     "placeholder_refs",
+    "placeholders",
     "resolve",
     "rounds",
     "storable",

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from plans.engine.substitution import PLACEHOLDER
+from plans.engine.substitution import PLACEHOLDER, PathPart, path_text
 
 _ARTICLED = {
     "object": "an object",
@@ -118,6 +118,41 @@ class _ArgChecker:
         if _is_number(value):
             return _range_problems(schema, value, path=path)
         return []
+
+
+def path_problem(
+    schema: Mapping[str, Any], path: tuple[PathPart, ...], *, subject: str = "the result"
+) -> str | None:
+    """Why path cannot exist in a value of schema, or None when it may (or cannot be known).
+
+    An object without "additionalProperties": false may hold any key, so only closed objects
+    and values declared as something other than an object or array can refuse a path.
+    """
+    for depth, part in enumerate(path):
+        where = subject + (f" at {path_text(path[:depth])}" if depth else "")
+        types = _schema_types(schema)
+        wanted = "object" if isinstance(part, str) else "array"
+        if types and wanted not in types:
+            declared = " or ".join(_ARTICLED.get(name, name) for name in types)
+            return f"{where} is {declared}, not {_ARTICLED[wanted]}"
+        if isinstance(part, int):
+            items = schema.get("items")
+            if not isinstance(items, Mapping):
+                return None
+            schema = items
+            continue
+        properties: Mapping[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        if part in properties:
+            schema = properties[part]
+        elif isinstance(extra, Mapping):
+            schema = extra
+        elif extra is False:
+            keys = ", ".join(sorted(properties)) or "none"
+            return f"{where} has no key {part!r} (its keys: {keys})"
+        else:
+            return None
+    return None
 
 
 def _length_problems(schema: Mapping[str, Any], value: str, *, path: str) -> list[str]:
