@@ -1,13 +1,42 @@
 """Template filters for showing run data: JSON exactly as stored, readable."""
 
+import unicodedata
 from typing import Any
 
 from django import template
+from django.utils.html import conditional_escape, format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from plans.models import RunEvent
-from plans.ui.charts import shown_json
+from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 
 register = template.Library()
+
+
+@register.filter(is_safe=False)
+def shown(value: Any, plain: str = "") -> SafeString:
+    """Untrusted text (goals, answers, errors, reasons) escaped, hidden characters made visible.
+
+    "Pay \u202egnp.exe" would read "Pay exe.png": each bidi control, zero-width or other
+    invisible character is shown as a marked "⟨U+202E⟩" instead, and the rest as it is.
+    ``shown:'plain'`` spells them without markup, for attributes such as title.
+    """
+    if value is None:
+        return SafeString("")
+    if plain:
+        return conditional_escape(spelled_text(str(value)))
+    pieces = []
+    for piece, hidden in spelled_parts(str(value)):
+        if hidden:
+            name = unicodedata.name(piece, "invisible character")
+            pieces.append(
+                format_html(
+                    '<mark class="hidden-char" title="{}">{}</mark>', name, spelled_char(piece)
+                )
+            )
+        else:
+            pieces.append(conditional_escape(piece))
+    return format_html_join("", "{}", ((piece,) for piece in pieces))
 
 
 @register.filter
