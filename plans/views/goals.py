@@ -20,6 +20,7 @@ from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
+from plans.selectors.approvals import step_decisions
 from plans.services.approvals import ApprovalRefused
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
@@ -215,10 +216,11 @@ def answer_delta_fragment(text: str) -> str:
 
 
 def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
-    if plan is None or not plan.is_valid or not steps:
+    """The plan drawn with what became of each step; an invalid plan drawn as proposed."""
+    if plan is None or (plan.is_valid and not steps):
         return ""
     # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
-    return mark_safe(plan_svg(plan, steps))  # noqa: S308
+    return mark_safe(plan_svg(plan, steps, decisions=step_decisions(plan)))  # noqa: S308
 
 
 def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:

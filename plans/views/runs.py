@@ -19,6 +19,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
+from plans.selectors.approvals import step_decisions
 from plans.selectors.audit import run_audit_get, run_export_data
 from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
 from plans.tools import get_registry
@@ -183,7 +184,7 @@ def run_graph_svg(request: SignedInRequest, run_id: int) -> HttpResponse:
         plan = plans.filter(is_valid=True).first() or plans.first()
     if plan is None:
         raise Http404("This run has no plan yet.")
-    svg = plan_svg(plan, Step.objects.filter(plan=plan))
+    svg = plan_svg(plan, Step.objects.filter(plan=plan), decisions=step_decisions(plan))
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Security-Policy"] = SVG_CSP
     response["X-Content-Type-Options"] = "nosniff"
