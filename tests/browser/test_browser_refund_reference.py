@@ -34,6 +34,8 @@ def test_the_refund_email_the_reviewer_approves_reads_reference_rf(sign_in, scre
     expect(email.locator(".decision-stamp.stamp-approved")).to_have_count(1)
 
     expect(author.locator("#run-status")).to_have_text("completed")
+    expect(author.locator("#graph g#step-2")).to_contain_text("approved by reviewer")
+    expect(author.locator("#graph g#step-2")).not_to_contain_text("needs approval")
     expect(author.locator("#step-row-3")).to_contain_text(
         re.compile(r"Reference: RF-[0-9A-F]{10}\b")
     )
