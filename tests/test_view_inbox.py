@@ -297,9 +297,30 @@ def test_the_goals_author_cannot_approve_it_under_four_eyes(client, reviewer):
 
     approval.refresh_from_db()
     assert "under the four-eyes rule another reviewer must decide it" in page
+    assert page.count(f'disabled aria-describedby="four-eyes-{run.pk}-') == 2  # both buttons
     assert response.status_code == 409
     assert "Four-eyes rule" in response.content.decode()
     assert approval.decision == Approval.Decision.PENDING
+
+
+def test_another_reviewers_buttons_stay_live_under_four_eyes(client, author, reviewer):
+    parked_run(author, REFUND_GOAL)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "four-eyes rule" not in page
+    assert "disabled" not in page
+
+
+def test_without_four_eyes_the_authors_buttons_are_live(client, reviewer, settings):
+    settings.AGENTSITE_FOUR_EYES = False
+    parked_run(reviewer, REFUND_GOAL)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "disabled" not in page
 
 
 def test_without_javascript_a_decision_redirects_back_with_its_outcome(client, author, reviewer):

@@ -7,7 +7,8 @@ from django import template
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from plans.models import RunEvent
+from plans.models import Run, RunEvent
+from plans.roles import four_eyes_forbids
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 
 register = template.Library()
@@ -58,3 +59,11 @@ _EVENT_KINDS = frozenset(RunEvent.Kind.values)
 def event_template(kind: str) -> str:
     """The template that words one timeline event, chosen by its kind."""
     return f"plans/events/{kind if kind in _EVENT_KINDS else 'other'}.html"
+
+
+@register.filter
+def decision_forbidden(run: Run, viewer: Any) -> bool:
+    """Whether the four-eyes rule (plans.roles) keeps viewer from deciding this run's steps."""
+    if not getattr(viewer, "is_authenticated", False):
+        return False
+    return four_eyes_forbids(run=run, reviewer=viewer, via="web")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.db.models import Q
 from django.http import HttpResponse
@@ -61,7 +60,6 @@ def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
-        "four_eyes": settings.AGENTSITE_FOUR_EYES,
     }
 
 
