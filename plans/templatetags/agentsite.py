@@ -1,11 +1,14 @@
 """Template filters for showing run data: JSON exactly as stored, readable."""
 
+import datetime
 import unicodedata
 from typing import Any
 
 from django import template
+from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
 
 from plans.models import Run, RunEvent
 from plans.roles import four_eyes_forbids
@@ -67,3 +70,35 @@ def decision_forbidden(run: Run, viewer: Any) -> bool:
     if not getattr(viewer, "is_authenticated", False):
         return False
     return four_eyes_forbids(run=run, reviewer=viewer, via="web")
+
+
+FRESH = datetime.timedelta(minutes=1)
+
+
+@register.filter
+def ago(moment: datetime.datetime | None) -> str:
+    """ "just now" under a minute (never "0 minutes ago"), else "5 minutes ago"."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < FRESH:
+        return "just now"
+    return f"{timesince(moment)} ago"
+
+
+@register.filter
+def waiting(moment: datetime.datetime | None) -> str:
+    """How long a request has waited: "asked just now", else "waiting 5 minutes"."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < FRESH:
+        return "asked just now"
+    return f"waiting {timesince(moment)}"
+
+
+@register.filter
+def lookup(mapping: Any, key: Any) -> Any:
+    """mapping[key], or None: for dicts a view builds by id (e.g. each run's progress)."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from plans.models import Approval, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
 from plans.selectors.approvals import step_decisions
+from plans.selectors.runs import StepProgress
 from plans.services.approvals import ApprovalRefused
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
@@ -236,6 +238,7 @@ def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
         "rounds": max((s.round for s in steps), default=0),
         "approvals_requested": approvals["requested"],
         "approvals_decided": approvals["decided"],
+        "progress": StepProgress.of(Counter(step.status for step in steps)),
     }
 
 

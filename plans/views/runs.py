@@ -21,7 +21,13 @@ from django.views.decorators.http import require_GET
 from plans.models import Goal, Run, Step
 from plans.selectors.approvals import step_decisions
 from plans.selectors.audit import run_audit_get, run_export_data
-from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
+from plans.selectors.runs import (
+    DEFAULT_RUN_SORT,
+    RUN_SORTS,
+    RunFilters,
+    runs_matching,
+    runs_progress,
+)
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
@@ -94,9 +100,11 @@ def run_list(request: SignedInRequest) -> HttpResponse:
     page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    progress = runs_progress([run.pk for run in page.object_list])
     context = {
         "form": form,
         "page": page,
+        "progress": progress,
         "page_range": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
         "ellipsis": Paginator.ELLIPSIS,
         "filtered": filters != RunFilters(sort=filters.sort),
