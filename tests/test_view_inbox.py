@@ -249,7 +249,7 @@ def test_arguments_the_tool_does_not_accept_are_refused_by_the_service(client, a
 
     approval.refresh_from_db()
     assert response.status_code == 409
-    assert "The edited arguments are invalid" in response.content.decode()
+    assert "Step 2 (issue_refund): the edited arguments are invalid" in response.content.decode()
     assert approval.decision == Approval.Decision.PENDING
 
 

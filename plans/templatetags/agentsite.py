@@ -58,6 +58,23 @@ def status_label(status: str) -> str:
 _EVENT_KINDS = frozenset(RunEvent.Kind.values)
 
 
+# Echoes of what the other events already say: folded away unless "Show every event" is ticked.
+_NOISE_KINDS = frozenset(
+    {
+        RunEvent.Kind.RUN_STATUS,
+        RunEvent.Kind.RUN_RESUMED,
+        RunEvent.Kind.RUN_STARTED,
+        RunEvent.Kind.ROUND_FINISHED,
+    }
+)
+
+
+@register.filter
+def event_is_noise(kind: str) -> bool:
+    """Whether the timeline folds this kind of event by default."""
+    return kind in _NOISE_KINDS
+
+
 @register.filter
 def event_template(kind: str) -> str:
     """The template that words one timeline event, chosen by its kind."""
@@ -102,3 +119,28 @@ def lookup(mapping: Any, key: Any) -> Any:
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+FOLD_LINES = 8
+
+
+@register.simple_tag
+def folded_json(value: Any, *key_parts: Any) -> SafeString:
+    """Indented JSON (as pretty_json) cut to its first lines, with a "Show all" toggle.
+
+    Pure CSS (a checkbox and its label), so it keeps working in fragments the socket swaps in.
+    """
+    text = pretty_json(value)
+    key = "-".join(str(part) for part in key_parts)  # unique on the page: "result-3"
+    lines = text.count("\n") + 1
+    if lines <= FOLD_LINES:
+        return format_html('<pre class="json">{}</pre>', text)
+    return format_html(
+        '<div class="folded"><input type="checkbox" id="fold-{key}" class="fold-toggle">'
+        '<pre class="json">{text}</pre>'
+        '<label for="fold-{key}" class="fold-label"><span class="fold-more">Show all {lines} lines'
+        '</span><span class="fold-less">Show less</span></label></div>',
+        key=key,
+        text=text,
+        lines=lines,
+    )

@@ -173,7 +173,7 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
         "graph_svg": graph_svg(plan, steps),
         "status_colours": STATUS_COLOURS.items(),
         "totals": run_totals(run, steps),
-        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
         "last_seq": last_seq,
         "ws_url": f"/ws/runs/{run.pk}/?after={last_seq}",
         **(step_panel_context(selected) if selected else {}),
@@ -206,7 +206,7 @@ def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, 
         "status_colours": STATUS_COLOURS.items(),
         "answer_changed": "answer_finished" in kinds,
         "totals": run_totals(run, steps),
-        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
