@@ -250,5 +250,8 @@ def test_a_long_result_is_folded_after_a_few_lines_with_a_show_all():
     long = folded_json({"rows": list(range(20))}, "result", 3)
     short = folded_json({"a": 1}, "result", 4)
 
-    assert 'id="fold-result-3"' in long and "Show all 24 lines" in long
+    wide = folded_json("word " * 200, "args", 5)
+
+    assert 'id="fold-result-3"' in long and "Show all (24 lines)" in long
+    assert "Show all (1,002 characters)" in wide
     assert short.startswith('<pre class="json">') and "fold" not in short

@@ -122,6 +122,7 @@ def lookup(mapping: Any, key: Any) -> Any:
 
 
 FOLD_LINES = 8
+FOLD_CHARS = 480  # one long string is one JSON line, but wraps to many on the page
 
 
 @register.simple_tag
@@ -133,14 +134,15 @@ def folded_json(value: Any, *key_parts: Any) -> SafeString:
     text = pretty_json(value)
     key = "-".join(str(part) for part in key_parts)  # unique on the page: "result-3"
     lines = text.count("\n") + 1
-    if lines <= FOLD_LINES:
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
         return format_html('<pre class="json">{}</pre>', text)
+    size = f"{lines} lines" if lines > FOLD_LINES else f"{len(text):,} characters"
     return format_html(
         '<div class="folded"><input type="checkbox" id="fold-{key}" class="fold-toggle">'
         '<pre class="json">{text}</pre>'
-        '<label for="fold-{key}" class="fold-label"><span class="fold-more">Show all {lines} lines'
+        '<label for="fold-{key}" class="fold-label"><span class="fold-more">Show all ({size})'
         '</span><span class="fold-less">Show less</span></label></div>',
         key=key,
         text=text,
-        lines=lines,
+        size=size,
     )
