@@ -18,6 +18,7 @@ from plans.selectors.approvals import approvals_waiting, pending_approvals_count
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
+from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
 from plans.views.params import SignedInRequest
 
@@ -27,6 +28,7 @@ class ApprovalCard:
     approval: Approval
     args_text: str  # what the edit box holds: the arguments as JSON, or the reviewer's draft
     inputs: list[Step]  # the steps whose results fed the arguments
+    effect: str = ""  # what approving it does, in one line (plans.ui.effects)
 
 
 @dataclass
@@ -174,6 +176,7 @@ def decision_groups(
                     for dep in step.depends_on
                     if (step.plan_id, dep) in steps
                 ],
+                effect=effect_line(approval.tool, approval.args),
             )
         )
     for group in groups.values():
