@@ -10,11 +10,14 @@ from plans.llm.offline import TRIP_GOAL
 pytestmark = pytest.mark.browser
 
 
-def test_the_decision_bar_summarises_the_ticked_steps_and_follows_the_ticks(sign_in, screenshot):
+def test_the_decision_bar_summarises_the_ticked_steps_and_follows_the_ticks(
+    sign_in, screenshot, ends_runs
+):
     author = sign_in("author2")
     author.get_by_role("button", name=TRIP_GOAL).click()
     expect(author).to_have_url(re.compile(r"/runs/\d+/$"))
     run_id = re.search(r"/runs/(\d+)/", author.url).group(1)
+    ends_runs(run_id)
     expect(author.locator("#run-status")).to_have_text("awaiting approval")
 
     reviewer = sign_in("reviewer")

@@ -19,7 +19,7 @@ user.groups.add(*Group.objects.filter(name__in=["authors", "reviewers"]))
 
 
 def test_the_submitter_who_reviews_gets_disabled_buttons_and_the_reason(
-    open_page, manage, daphne_server, screenshot
+    open_page, manage, daphne_server, screenshot, ends_runs
 ):
     created = manage("shell", "-c", CREATE_REVIEWING_AUTHOR)
     assert created.returncode == 0, created.stderr
@@ -33,6 +33,7 @@ def test_the_submitter_who_reviews_gets_disabled_buttons_and_the_reason(
     page.get_by_role("button", name="Plan", exact=True).click()
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))
     run_id = re.search(r"/runs/(\d+)/", page.url).group(1)
+    ends_runs(run_id)
     expect(page.locator("#run-status")).to_have_text("awaiting approval")
 
     page.goto(f"{daphne_server}/approvals/")

@@ -31,8 +31,8 @@ def assert_shown(locator, where):
         assert f"\u27e8{code}\u27e9" in text, f"{where} hides {code}"
 
 
-def test_a_spoofing_goal_is_shown_visibly_on_the_run_page_inbox_runs_list_and_audit(
-    sign_in, manage, daphne_server, tmp_path, screenshot
+def test_a_spoofing_goal_is_shown_visibly_on_every_page_that_shows_it(
+    sign_in, manage, daphne_server, tmp_path, screenshot, ends_runs
 ):
     steps = [
         {"id": 1, "tool": "explode", "args": {"message": ERROR}, "depends_on": []},
@@ -48,6 +48,7 @@ def test_a_spoofing_goal_is_shown_visibly_on_the_run_page_inbox_runs_list_and_au
     result = manage("run_goal", GOAL, "--plan-file", str(plan_file), "--author", "author", "--json")
     assert result.stdout.strip(), result.stderr
     run_id = json.loads(result.stdout)["run_id"]
+    ends_runs(run_id)
 
     author = sign_in("author")
     author.goto(f"{daphne_server}/runs/{run_id}/")
@@ -66,6 +67,9 @@ def test_a_spoofing_goal_is_shown_visibly_on_the_run_page_inbox_runs_list_and_au
     title = author.locator(f'a[href="/runs/{run_id}/"][title]').first.get_attribute("title")
     assert "\u202e" not in title and "\u27e8U+202E\u27e9" in title
     screenshot(author, "runs_list_hidden_characters", full_page=False)
+
+    author.goto(f"{daphne_server}/")  # the new-goal page lists the author's recent runs
+    assert_shown(author.locator(".run-row-goal"), "the new-goal page's recent runs")
 
     author.goto(f"{daphne_server}/runs/{run_id}/audit/")
     assert_shown(author.locator(".goal-text"), "the audit page")
