@@ -105,6 +105,36 @@ def test_arguments_are_checked_again_after_substitution(author, test_tools):
     assert not ToolCall.objects.filter(step=step).exists()
 
 
+def test_a_field_placeholder_passes_on_part_of_a_result(author, test_tools):
+    steps = [
+        {"id": 1, "tool": "bulky", "args": {"chars": 3}, "depends_on": []},
+        {"id": 2, "tool": "echo", "args": {"text": "got {{1.text}}"}, "depends_on": [1]},
+    ]
+    run = run_plan(author, steps)
+
+    step = steps_of(run)[2]
+    assert step.resolved_args == {"text": "got xxx"}
+    assert step.result == "got xxx"
+
+
+def test_a_field_missing_at_run_time_fails_the_step_naming_the_path_and_the_keys(
+    author, test_tools
+):
+    steps = [
+        {"id": 1, "tool": "bulky", "args": {"chars": 3}, "depends_on": []},
+        {"id": 2, "tool": "echo", "args": {"text": "got {{1.txt}}"}, "depends_on": [1]},
+    ]
+    run = run_plan(author, steps)
+
+    step = steps_of(run)[2]
+    assert step.status == "failed"
+    assert step.error == (
+        "cannot resolve arguments: placeholder {{1.txt}}: step 1's result has no key 'txt' "
+        "(its keys: text)"
+    )
+    assert not ToolCall.objects.filter(step=step).exists()
+
+
 def test_every_step_and_round_is_recorded_as_events_with_contiguous_seq(author):
     run = run_plan(author, SEED_PLAN["steps"])
 

@@ -1,13 +1,15 @@
 """The plan graph: nodes, edges and statuses; escaping, sanitising, limits and the cache."""
 
+import json
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.cache import cache
 
-from plans.models import Plan, Step
+from plans.models import Approval, Plan, Step
 from plans.ui import graphs
 from plans.ui.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT
@@ -241,13 +243,29 @@ def test_the_sanitiser_keeps_drawing_and_drops_everything_that_can_run_or_link()
     root = parse(clean)
 
     tags = {element.tag.rpartition("}")[2] for element in root.iter()}
-    assert tags == {"svg", "g", "polygon", "text"}
+    # The link became an inert group (its title, empty here, is all that is kept of it).
+    assert tags == {"svg", "g", "polygon", "text", "title"}
     attributes = {name for element in root.iter() for name in element.attrib}
     assert not {name for name in attributes if name.startswith("on") or "href" in name}
     assert "style" not in node(root, 1).attrib
-    kept = root.find(".//svg:text", NS)
-    assert kept.text == "kept" and "fill" not in kept.attrib
+    kept = next(text for text in root.iterfind(".//svg:text", NS) if text.text == "kept")
+    assert "fill" not in kept.attrib
     assert "alert" not in clean and "<?xml" not in clean
+
+
+def test_a_tooltip_link_becomes_a_group_with_a_title_and_nothing_that_links():
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+        '<g id="step-1" class="node"><a xlink:title="Skipped: step 1 failed" '
+        'xlink:href="javascript:alert(1)" target="_top"><text>1</text></a></g></svg>'
+    )
+
+    root = parse(svg_sanitise(svg))
+
+    group = node(root, 1).find("svg:g", NS)
+    assert group.attrib == {"class": "tooltip"}
+    assert group.find("svg:title", NS).text == "Skipped: step 1 failed"
+    assert group.find("svg:text", NS).text == "1"
 
 
 def test_entities_declared_in_a_document_type_are_never_expanded():
@@ -260,3 +278,105 @@ def test_entities_declared_in_a_document_type_are_never_expanded():
         svg_sanitise(before)
     with pytest.raises(GraphError, match="document type"):
         svg_sanitise(inside)
+
+
+def approval(decision, *, reviewer="rita", args=None, requested=None):
+    requested = {"order_id": "A-1001", "amount_inr": 2499} if requested is None else requested
+    return Approval(
+        decision=decision,
+        reviewer=User(username=reviewer) if reviewer else None,
+        requested_args=requested,
+        args=requested if args is None else args,
+    )
+
+
+def refund_steps(status):
+    return [
+        step(1, "order_total", {"order_id": "A-1001"}, status="succeeded"),
+        step(2, "issue_refund", {"order_id": "A-1001"}, [1], status=status, destructive=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "decision", "says"),
+    [
+        ("awaiting_approval", None, "destructive: needs approval"),
+        ("succeeded", approval("approved"), "\u2713 approved by rita"),
+        (
+            "succeeded",
+            approval("approved", args={"order_id": "A-1001", "amount_inr": 1000}),
+            "\u2713 approved with edits by rita",
+        ),
+        ("blocked", approval("rejected"), "\u2717 rejected by rita"),
+        ("blocked", approval("expired", reviewer=None), "\u2717 expired: not decided in time"),
+        ("skipped", None, "destructive: skipped"),
+    ],
+)
+def test_a_destructive_node_says_what_became_of_it(status, decision, says):
+    decisions = {} if decision is None else {2: decision}
+    root = parse(plan_svg(Plan(pk=1), refund_steps(status), decisions=decisions))
+
+    text = node_text(root, 2)
+    assert says in text
+    if decision is not None:
+        assert "needs approval" not in text
+
+
+def test_a_destructive_node_lists_every_argument_the_reviewer_decides_on():
+    args = {
+        "origin": "Delhi",
+        "destination": "Goa",
+        "date": "2026-12-20",
+        "passenger": "Asha Rao",
+        "price_inr": 6120,
+    }
+    booking = step(1, "book_flight", args, destructive=True, status="awaiting_approval")
+    root = parse(plan_svg(Plan(pk=1), [booking]))
+
+    text = node_text(root, 1)
+    assert "price_inr=6120" in text
+    assert "more" not in text
+
+
+def test_a_skipped_or_blocked_node_says_why_in_its_tooltip():
+    skipped = step(2, depends_on=[1], status="skipped")
+    skipped.error = "skipped: step 1 failed"
+    root = parse(plan_svg(Plan(pk=1), [step(1, status="failed"), skipped]))
+
+    title = node(root, 2).find("svg:g/svg:g/svg:title", NS)
+    assert title.text == "Skipped: step 1 failed"
+    assert node(root, 1).find("svg:g/svg:g/svg:title", NS) is None  # no error, no tooltip
+
+
+def test_an_invalid_plan_is_drawn_as_proposed_with_its_problems_marked():
+    proposed = {
+        "steps": [
+            {"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": [3]},
+            {"id": 2, "tool": "nope", "args": {}, "depends_on": [9]},
+            {"id": 3, "tool": "price", "args": {"item": "AirPods"}, "depends_on": [1]},
+        ]
+    }
+    problems = [
+        "step 2: unknown tool 'nope' (allowed: price)",
+        "step 2: depends on step 9, which does not exist",
+        "cycle: 1 -> 3 -> 1",
+    ]
+    plan = Plan(pk=7, is_valid=False, raw_output=json.dumps(proposed), problems=problems)
+
+    root = parse(plan_svg(plan, []))
+
+    classes = {g.get("id"): g.get("class") for g in root.iterfind(".//svg:g[@id]", NS)}
+    assert classes["proposed-2"] == "node step proposed invalid"
+    assert classes["proposed-1"] == "node step proposed"
+    assert "missing-9" in classes
+    invalid_edges = {g.get("id") for g in root.iterfind(".//svg:g[@class='edge invalid']", NS)}
+    assert invalid_edges == {"edge-9-2", "edge-3-1", "edge-1-3"}
+    note = "".join(root.find(".//svg:g[@id='plan-problems']", NS).itertext())
+    assert "3 problems" in note and "unknown tool" in note
+    assert "2 \u00b7 nope" in "".join(root.find(".//svg:g[@id='proposed-2']", NS).itertext())
+
+
+def test_an_unreadable_invalid_plan_gets_an_error_box_saying_why():
+    plan = Plan(pk=8, is_valid=False, raw_output="no json here", problems=["no plan"])
+
+    assert "could not be read as a plan" in plan_svg(plan, [])

@@ -43,3 +43,51 @@ def test_a_reviewer_sees_a_bidi_override_in_the_arguments_to_approve(client, aut
     client.force_login(author)
     svg = client.get(f"/runs/{run.pk}/graph.svg").content.decode()
     assert "\u202e" not in svg and "\\u202e" in svg
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        (
+            SPOOF,
+            'invoice <mark class="hidden-char" title="RIGHT-TO-LEFT OVERRIDE">'
+            "\u27e8U+202E\u27e9</mark>gnp.exe",
+        ),
+        (
+            "a\x1bb",
+            'a<mark class="hidden-char" title="invisible character">\u27e8U+001B\u27e9</mark>b',
+        ),
+        ("<b>café ✓</b>\nline\ttab", "&lt;b&gt;café ✓&lt;/b&gt;\nline\ttab"),
+        (None, ""),
+        (42, "42"),
+    ],
+)
+def test_the_shown_filter_escapes_text_and_spells_hidden_characters(text, html):
+    from plans.templatetags.agentsite import shown
+
+    assert shown(text) == html
+
+
+def test_the_shown_filter_spells_hidden_characters_without_markup_for_attributes():
+    from plans.templatetags.agentsite import shown
+
+    assert shown('"' + SPOOF, "plain") == "&quot;invoice \u27e8U+202E\u27e9gnp.exe"
+
+
+def test_a_spoofing_goal_is_spelled_out_on_the_run_page_list_inbox_and_audit(
+    client, author, reviewer
+):
+    goal = "Pay invoice \u202egnp.exe"
+    email = {"to": "a@example.com", "subject": "Invoice", "body": "paid"}
+    steps = [{"id": 1, "tool": "send_email", "args": email, "depends_on": []}]
+    run = run_create(author=author, goal_text=goal, plan_data={"steps": steps})
+    advance_run(run.pk)
+    client.force_login(author)
+    pages = [f"/runs/{run.pk}/", "/runs/", f"/runs/{run.pk}/audit/"]
+    shown = [client.get(path).content.decode() for path in pages]
+    client.force_login(reviewer)
+    shown.append(client.get("/approvals/").content.decode())
+
+    for path, page in zip([*pages, "/approvals/"], shown, strict=True):
+        assert "\u202e" not in page, path
+        assert "\u27e8U+202E\u27e9</mark>gnp.exe" in page, path

@@ -62,7 +62,7 @@ def test_it_shows_the_goal_tool_exact_arguments_inputs_author_and_wait(client, a
     assert "&quot;amount_inr&quot;: 2499" in page  # resolved, not the {{1}} placeholder
     assert "Step 1 · <code>order_total</code> returned" in page
     assert "submitted by <b>alice</b>" in page
-    assert "waiting 0\xa0minutes" in page
+    assert "asked just now" in page  # not "waiting 0 minutes"
     assert f'id="group-{run.pk}-2"' in page
     assert ">Approve</button>" in page and ">Reject</button>" in page
 
@@ -249,7 +249,7 @@ def test_arguments_the_tool_does_not_accept_are_refused_by_the_service(client, a
 
     approval.refresh_from_db()
     assert response.status_code == 409
-    assert "The edited arguments are invalid" in response.content.decode()
+    assert "Step 2 (issue_refund): the edited arguments are invalid" in response.content.decode()
     assert approval.decision == Approval.Decision.PENDING
 
 
@@ -297,9 +297,30 @@ def test_the_goals_author_cannot_approve_it_under_four_eyes(client, reviewer):
 
     approval.refresh_from_db()
     assert "under the four-eyes rule another reviewer must decide it" in page
+    assert page.count(f'disabled aria-describedby="four-eyes-{run.pk}-') == 2  # both buttons
     assert response.status_code == 409
     assert "Four-eyes rule" in response.content.decode()
     assert approval.decision == Approval.Decision.PENDING
+
+
+def test_another_reviewers_buttons_stay_live_under_four_eyes(client, author, reviewer):
+    parked_run(author, REFUND_GOAL)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "four-eyes rule" not in page
+    assert "disabled" not in page
+
+
+def test_without_four_eyes_the_authors_buttons_are_live(client, reviewer, settings):
+    settings.AGENTSITE_FOUR_EYES = False
+    parked_run(reviewer, REFUND_GOAL)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "disabled" not in page
 
 
 def test_without_javascript_a_decision_redirects_back_with_its_outcome(client, author, reviewer):

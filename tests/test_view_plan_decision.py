@@ -43,6 +43,7 @@ def test_a_reviewer_sees_the_plan_buttons_and_approving_runs_the_plan(client, he
     client.force_login(reviewer)
     page = client.get(f"/runs/{held_run.pk}/").content.decode()
     assert "Approve plan" in page and "Reject plan" in page
+    assert "plan-four-eyes" not in page
 
     client.post(f"/runs/{held_run.pk}/plan/decide/", {"decision": "approve"})
 
@@ -68,8 +69,11 @@ def test_the_author_may_not_approve_their_own_plan(client, held_run, author):
     author.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     client.force_login(author)
 
+    page = client.get(f"/runs/{held_run.pk}/").content.decode()
     response = client.post(f"/runs/{held_run.pk}/plan/decide/", {"decision": "approve"})
 
+    assert page.count('disabled aria-describedby="plan-four-eyes"') == 2  # both buttons
+    assert "another reviewer must decide its plan" in page
     assert response.status_code == 409
     assert "Four-eyes" in response.content.decode()
     assert Run.objects.get(pk=held_run.pk).status == Run.Status.AWAITING_PLAN_APPROVAL

@@ -242,3 +242,16 @@ def test_the_page_shows_state_at_least_as_new_as_the_last_event_it_lists(author)
 
     assert context["last_seq"] == Run.objects.get(pk=run.pk).last_seq
     assert context["run"].status == Run.Status.AWAITING_APPROVAL
+
+
+def test_a_long_result_is_folded_after_a_few_lines_with_a_show_all():
+    from plans.templatetags.agentsite import folded_json
+
+    long = folded_json({"rows": list(range(20))}, "result", 3)
+    short = folded_json({"a": 1}, "result", 4)
+
+    wide = folded_json("word " * 200, "args", 5)
+
+    assert 'id="fold-result-3"' in long and "Show all (24 lines)" in long
+    assert "Show all (1,002 characters)" in wide
+    assert short.startswith('<pre class="json">') and "fold" not in short

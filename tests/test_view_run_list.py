@@ -124,15 +124,21 @@ def test_each_row_shows_goal_author_status_rounds_duration_calls_tokens_and_cost
     assert '<td class="num">12.4 s</td>' in page
     assert '<td class="num">1,234</td>' in page
     assert '<td class="num">1,234,567</td>' in page
-    assert '<td class="num">$1,234.500000</td>' in page
+    assert 'title="$1234.5 exactly">$1,234.50</span>' in page
     assert "<code>calculator</code><code>price</code>" in page
 
 
-def test_small_costs_keep_six_decimals(client, author):
-    make_run(author, cost="0.000123")
+def test_costs_show_cents_or_four_figures_under_a_cent_with_the_exact_amount_as_a_tooltip(
+    client, author
+):
+    make_run(author, cost="0.00012345")
+    make_run(author, cost="2.5")
     client.force_login(author)
 
-    assert '<td class="num">$0.000123</td>' in get(client).content.decode()
+    page = get(client).content.decode()
+
+    assert '<span class="money" title="$0.00012345 exactly">$0.0001235</span>' in page
+    assert '<span class="money" title="$2.5 exactly">$2.50</span>' in page
 
 
 def test_it_filters_by_status(client, author):

@@ -26,7 +26,15 @@ from plans.engine.policies import (
     legacy_args_sha256,
 )
 from plans.engine.scheduler import Outcome, Scheduler
-from plans.engine.substitution import PLACEHOLDER, UnresolvedPlaceholder, placeholder_refs, resolve
+from plans.engine.substitution import (
+    PLACEHOLDER,
+    MissingPath,
+    Placeholder,
+    UnresolvedPlaceholder,
+    placeholder_refs,
+    placeholders,
+    resolve,
+)
 from plans.engine.text import storable, unstorable_in
 from plans.engine.validation import ToolSignature, validate_plan
 
@@ -35,7 +43,9 @@ __all__ = [
     "MAX_STEP_ID",
     "PLACEHOLDER",
     "Budget",
+    "MissingPath",
     "Outcome",
+    "Placeholder",
     "Plan",
     "PlanInvalid",
     "PlanParseError",
@@ -63,6 +73,7 @@ __all__ = [
     "legacy_args_sha256",
     "parse_planner_output",
     "placeholder_refs",
+    "placeholders",
     "resolve",
     "rounds",
     "storable",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from plans.engine.jsonschema_args import check_json_schema_args
-from plans.engine.substitution import PLACEHOLDER
+from plans.engine.substitution import PLACEHOLDER, PathPart, path_text
 
 _ARTICLED = {
     "object": "an object",
@@ -183,6 +183,41 @@ _FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "uuid": (_is_uuid, "a UUID"),
     "decimal": (lambda text: bool(_DECIMAL.fullmatch(text)), "a decimal number"),
 }
+
+
+def path_problem(
+    schema: Mapping[str, Any], path: tuple[PathPart, ...], *, subject: str = "the result"
+) -> str | None:
+    """Why path cannot exist in a value of schema, or None when it may (or cannot be known).
+
+    An object without "additionalProperties": false may hold any key, so only closed objects
+    and values declared as something other than an object or array can refuse a path.
+    """
+    for depth, part in enumerate(path):
+        where = subject + (f" at {path_text(path[:depth])}" if depth else "")
+        types = _schema_types(schema)
+        wanted = "object" if isinstance(part, str) else "array"
+        if types and wanted not in types:
+            declared = " or ".join(_ARTICLED.get(name, name) for name in types)
+            return f"{where} is {declared}, not {_ARTICLED[wanted]}"
+        if isinstance(part, int):
+            items = schema.get("items")
+            if not isinstance(items, Mapping):
+                return None
+            schema = items
+            continue
+        properties: Mapping[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        if part in properties:
+            schema = properties[part]
+        elif isinstance(extra, Mapping):
+            schema = extra
+        elif extra is False:
+            keys = ", ".join(sorted(properties)) or "none"
+            return f"{where} has no key {part!r} (its keys: {keys})"
+        else:
+            return None
+    return None
 
 
 def _length_problems(schema: Mapping[str, Any], value: str, *, path: str) -> list[str]:

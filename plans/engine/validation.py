@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
-from plans.engine.argschema import check_args, json_type_name
+from plans.engine.argschema import check_args, json_type_name, path_problem
 from plans.engine.graph import describe_cycle, find_cycles
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanStep, Problem
-from plans.engine.substitution import placeholder_refs
+from plans.engine.substitution import Placeholder, placeholders
 from plans.engine.text import unstorable_in
 
 _BRIEF_CHARS = 40
@@ -33,6 +33,12 @@ class ToolSignature(Protocol):
 
     @property
     def destructive(self) -> bool: ...
+
+
+def _output_schema(tool: ToolSignature) -> Mapping[str, Any] | None:
+    """The tool's declared result schema; catalogs whose tools declare none are not checked."""
+    schema = getattr(tool, "output_schema", None)
+    return schema if isinstance(schema, Mapping) else None
 
 
 def validate_plan(
@@ -52,7 +58,7 @@ def validate_plan(
     problems += _duplicate_id_problems(drafts)
     problems += _dependency_problems(drafts, edges)
     problems += [Problem(None, describe_cycle(cycle)) for cycle in find_cycles(edges)]
-    problems += _placeholder_problems(drafts, edges)
+    problems += _placeholder_problems(drafts, edges, catalog)
     if problems:
         raise PlanInvalid(problems)
     return Plan(steps=tuple(draft.to_step() for draft in drafts))
@@ -218,21 +224,46 @@ def _dependency_problems(drafts: list[_Draft], edges: Mapping[int, set[int]]) ->
     return problems
 
 
-def _placeholder_problems(drafts: list[_Draft], edges: Mapping[int, set[int]]) -> list[Problem]:
+def _placeholder_problems(
+    drafts: list[_Draft], edges: Mapping[int, set[int]], catalog: Mapping[str, ToolSignature]
+) -> list[Problem]:
+    tools = {draft.step_id: draft.tool for draft in drafts if draft.step_id is not None}
     problems = []
     for draft in drafts:
         if draft.args is None:
             continue
         try:
-            refs = placeholder_refs(draft.args)
+            found = list(placeholders(draft.args))
         except ValueError:
             problems.append(
                 draft.problem("args hold a placeholder number too long to be a step id")
             )
             continue
+        refs = {placeholder.step_id for placeholder in found}
         if refs:
             problems += _unreachable_refs(draft, sorted(refs), edges)
+        for placeholder in sorted(set(found), key=str):
+            problem = _path_problem(placeholder, tools, catalog)
+            if problem is not None:
+                problems.append(draft.problem(problem))
     return problems
+
+
+def _path_problem(
+    placeholder: Placeholder,
+    tools: Mapping[int, str | None],
+    catalog: Mapping[str, ToolSignature],
+) -> str | None:
+    """Why a placeholder's path cannot exist in the result its step's tool declares."""
+    tool = tools.get(placeholder.step_id)
+    if not placeholder.path or tool is None:
+        return None
+    schema = _output_schema(catalog[tool])
+    if schema is None:
+        return None
+    subject = f"step {placeholder.step_id}'s result ({tool})"
+    problem = path_problem(schema, placeholder.path, subject=subject)
+    return None if problem is None else f"placeholder {placeholder}: {problem}"
 
 
 def _unreachable_refs(

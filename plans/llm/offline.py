@@ -229,7 +229,8 @@ def _refund_plan(goal: str) -> dict[str, Any]:
                 {
                     "to": customer,
                     "subject": "Your refund",
-                    "body": f"We refunded INR {{{{1}}}} for order {order_id}. Reference: {{{{2}}}}",
+                    "body": f"We refunded INR {{{{2.amount_inr}}}} for order {order_id}. "
+                    "Reference: {{2.reference}}",
                 },
                 [1, 2],
             ),

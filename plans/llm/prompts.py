@@ -55,6 +55,11 @@ must finish before this step starts; steps that do not depend on each other run 
 that step's id: the whole argument "{{{{1}}}}" becomes step 1's result with its own type; inside \
 longer text, for example "Total: {{{{1}}}} INR", it becomes the result's text. A placeholder may \
 only refer to a step that this step depends on (directly or through other dependencies).
+- To use part of a result, add a path: "{{{{2.reference}}}}" is the "reference" field of \
+step 2's result, "{{{{3.hotel.price_inr}}}}" a nested field and "{{{{4[0]}}}}" the first item of \
+a list, with the same rules as a whole result. A tool's output_schema, where the catalog gives \
+one, lists the fields it returns; name only those. To write a literal "{{{{" in text, write \
+"\\\\{{{{".
 - Use at most {max_steps} steps. Prefer few steps, and run independent steps in parallel.
 - Tools marked "destructive": true change the world (payments, bookings, emails). Each such \
 call is held for a human reviewer to approve or decline before it runs, so plan them only when \

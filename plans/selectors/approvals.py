@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
-from plans.models import Approval, Run
+from plans.models import Approval, Plan, Run
 from plans.selectors.runs import run_visibility
 
 
@@ -26,3 +26,13 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
     if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
         return 0
     return approvals_waiting(user).count()
+
+
+def step_decisions(plan: Plan) -> dict[int, Approval]:
+    """Each step's latest approval in the plan (decided or not), by step id, reviewer joined."""
+    approvals = (
+        Approval.objects.filter(step__plan=plan)
+        .select_related("reviewer", "step")
+        .order_by("requested_at", "pk")
+    )
+    return {approval.step.step_id: approval for approval in approvals}

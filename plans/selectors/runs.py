@@ -9,10 +9,10 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
-from plans.models import Run
+from plans.models import Run, Step
 
 # --- who sees what: the one rule ---------------------------------------------------------
 
@@ -105,3 +105,59 @@ def uses_tool(tool: str) -> Q:
 
 def start_of_day(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))
+
+
+# --- progress ------------------------------------------------------------------------------
+
+_DONE = frozenset({"succeeded", "failed", "skipped", "blocked"})
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """How far a run's current plan has got: steps done, waiting for a reviewer, running."""
+
+    total: int = 0
+    done: int = 0
+    waiting: int = 0
+    running: int = 0
+
+    @classmethod
+    def of(cls, statuses: dict[str, int]) -> StepProgress:
+        """From a count of steps per status."""
+        return cls(
+            total=sum(statuses.values()),
+            done=sum(count for status, count in statuses.items() if status in _DONE),
+            waiting=statuses.get("awaiting_approval", 0),
+            running=statuses.get("running", 0),
+        )
+
+    @property
+    def text(self) -> str:
+        """ "3 of 5 steps done, 2 waiting for a reviewer" (empty without steps)."""
+        if not self.total:
+            return ""
+        parts = [f"{self.done} of {self.total} step{'s' if self.total != 1 else ''} done"]
+        if self.waiting:
+            parts.append(f"{self.waiting} waiting for a reviewer")
+        if self.running:
+            parts.append(f"{self.running} running")
+        return ", ".join(parts)
+
+
+def runs_progress(run_ids: list[int]) -> dict[int, StepProgress]:
+    """Each run's progress through its latest valid plan, in one query."""
+    rows = (
+        Step.objects.filter(plan__run_id__in=run_ids, plan__is_valid=True)
+        .values("plan__run_id", "plan__version", "status")
+        .annotate(count=Count("pk"))
+    )
+    latest: dict[int, int] = {}
+    counts: dict[int, dict[str, int]] = {}
+    for row in rows:
+        run_id, version = row["plan__run_id"], row["plan__version"]
+        if version > latest.get(run_id, 0):
+            latest[run_id] = version
+            counts[run_id] = {}
+        if version == latest[run_id]:
+            counts[run_id][row["status"]] = row["count"]
+    return {run_id: StepProgress.of(statuses) for run_id, statuses in counts.items()}

@@ -73,13 +73,13 @@ def approvals_decide(
             locked = (
                 # OF: PostgreSQL cannot lock the nullable side of the reviewer's outer join.
                 Approval.objects.select_for_update(of=("self", "run"))
-                .select_related("run__goal__author", "reviewer")
+                .select_related("run__goal__author", "reviewer", "step")
                 .get(pk=approval.pk)
             )
             _check_decision_allowed(locked, reviewer, via)
             args = edited_args.get(locked.pk)
             if args is not None and approve:
-                locked.args = _validated_edit(locked.tool, args)
+                locked.args = _validated_edit(locked.tool, args, step_id=locked.step.step_id)
             locked.args_sha256 = args_sha256(locked.tool, locked.args)
             locked.decision = Approval.Decision.APPROVED if approve else Approval.Decision.REJECTED
             locked.reviewer = reviewer
@@ -199,7 +199,7 @@ def reason_clean(reason: str) -> str:
     return reason
 
 
-def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def _validated_edit(tool: str, args: Mapping[str, Any], *, step_id: int) -> dict[str, Any]:
     spec = get_registry().get(tool)
     if spec is None:
         raise ApprovalRefused(f"Tool {tool!r} is no longer registered.")
@@ -212,5 +212,9 @@ def _validated_edit(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError as exc:  # NaN, or an integer too long to write out
         problems.append(f"they cannot be written as JSON: {exc}")
     if problems:
-        raise ApprovalRefused("The edited arguments are invalid: " + "; ".join(problems) + ".")
+        raise ApprovalRefused(
+            f"Step {step_id} ({tool}): the edited arguments are invalid: "
+            + "; ".join(problems)
+            + "."
+        )
     return dict(args)

@@ -1,13 +1,46 @@
 """Template filters for showing run data: JSON exactly as stored, readable."""
 
+import datetime
+import unicodedata
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
 
-from plans.models import RunEvent
-from plans.ui.charts import shown_json
+from plans.models import Run, RunEvent
+from plans.roles import four_eyes_forbids
+from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 
 register = template.Library()
+
+
+@register.filter(is_safe=False)
+def shown(value: Any, plain: str = "") -> SafeString:
+    """Untrusted text (goals, answers, errors, reasons) escaped, hidden characters made visible.
+
+    "Pay \u202egnp.exe" would read "Pay exe.png": each bidi control, zero-width or other
+    invisible character is shown as a marked "⟨U+202E⟩" instead, and the rest as it is.
+    ``shown:'plain'`` spells them without markup, for attributes such as title.
+    """
+    if value is None:
+        return SafeString("")
+    if plain:
+        return conditional_escape(spelled_text(str(value)))
+    pieces = []
+    for piece, hidden in spelled_parts(str(value)):
+        if hidden:
+            name = unicodedata.name(piece, "invisible character")
+            pieces.append(
+                format_html(
+                    '<mark class="hidden-char" title="{}">{}</mark>', name, spelled_char(piece)
+                )
+            )
+        else:
+            pieces.append(conditional_escape(piece))
+    return format_html_join("", "{}", ((piece,) for piece in pieces))
 
 
 @register.filter
@@ -25,7 +58,91 @@ def status_label(status: str) -> str:
 _EVENT_KINDS = frozenset(RunEvent.Kind.values)
 
 
+# Echoes of what the other events already say: folded away unless "Show every event" is ticked.
+_NOISE_KINDS = frozenset(
+    {
+        RunEvent.Kind.RUN_STATUS,
+        RunEvent.Kind.RUN_RESUMED,
+        RunEvent.Kind.RUN_STARTED,
+        RunEvent.Kind.ROUND_FINISHED,
+    }
+)
+
+
+@register.filter
+def event_is_noise(kind: str) -> bool:
+    """Whether the timeline folds this kind of event by default."""
+    return kind in _NOISE_KINDS
+
+
 @register.filter
 def event_template(kind: str) -> str:
     """The template that words one timeline event, chosen by its kind."""
     return f"plans/events/{kind if kind in _EVENT_KINDS else 'other'}.html"
+
+
+@register.filter
+def decision_forbidden(run: Run, viewer: Any) -> bool:
+    """Whether the four-eyes rule (plans.roles) keeps viewer from deciding this run's steps."""
+    if not getattr(viewer, "is_authenticated", False):
+        return False
+    return four_eyes_forbids(run=run, reviewer=viewer, via="web")
+
+
+FRESH = datetime.timedelta(minutes=1)
+
+
+@register.filter
+def ago(moment: datetime.datetime | None) -> str:
+    """ "just now" under a minute (never "0 minutes ago"), else "5 minutes ago"."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < FRESH:
+        return "just now"
+    return f"{timesince(moment)} ago"
+
+
+@register.filter
+def waiting(moment: datetime.datetime | None) -> str:
+    """How long a request has waited: "asked just now", else "waiting 5 minutes"."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < FRESH:
+        return "asked just now"
+    return f"waiting {timesince(moment)}"
+
+
+@register.filter
+def lookup(mapping: Any, key: Any) -> Any:
+    """mapping[key], or None: for dicts a view builds by id (e.g. each run's progress)."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+FOLD_LINES = 8
+FOLD_CHARS = 480  # one long string is one JSON line, but wraps to many on the page
+
+
+@register.simple_tag
+def folded_json(value: Any, *key_parts: Any) -> SafeString:
+    """Indented JSON (as pretty_json) cut to its first lines, with a "Show all" toggle.
+
+    Pure CSS (a checkbox and its label), so it keeps working in fragments the socket swaps in.
+    """
+    text = pretty_json(value)
+    key = "-".join(str(part) for part in key_parts)  # unique on the page: "result-3"
+    lines = text.count("\n") + 1
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return format_html('<pre class="json">{}</pre>', text)
+    size = f"{lines} lines" if lines > FOLD_LINES else f"{len(text):,} characters"
+    return format_html(
+        '<div class="folded"><input type="checkbox" id="fold-{key}" class="fold-toggle">'
+        '<pre class="json">{text}</pre>'
+        '<label for="fold-{key}" class="fold-label"><span class="fold-more">Show all ({size})'
+        '</span><span class="fold-less">Show less</span></label></div>',
+        key=key,
+        text=text,
+        size=size,
+    )

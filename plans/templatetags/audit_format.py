@@ -1,10 +1,12 @@
 """Numbers as the audit and cost pages show them: dollars, tokens, durations and rates."""
 
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from django import template
 from django.utils.formats import number_format
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 register = template.Library()
 
@@ -58,3 +60,32 @@ def percent(value: Any) -> str:
     if value is None or value == "":
         return "—"
     return f"{float(value) * 100:.1f}%"
+
+
+@register.filter
+def money(value: Any) -> SafeString:
+    """Dollars as people read them, the exact amount in a tooltip.
+
+    Cents from a cent up ($1,234.57); four significant figures below it ($0.0001235), since
+    one model call costs a fraction of a cent; "—" for no amount.
+    """
+    try:
+        amount = Decimal(str(value))
+    except (InvalidOperation, ValueError, TypeError):
+        return format_html("{}", "—")
+    if not amount.is_finite():
+        return format_html("{}", "—")
+    exact = format(amount.normalize(), "f") if amount else "0"
+    size = abs(amount)
+    if size == 0 or size >= Decimal("0.01"):
+        cents = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        shown = number_format(cents, decimal_pos=2, force_grouping=True)
+    else:
+        places = 3 - size.adjusted()  # adjusted(): the power of ten of the leading digit
+        rounded = amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+        shown = format(rounded, "f").rstrip("0")
+    text = f"-${shown[1:]}" if shown.startswith("-") else f"${shown}"
+    sign = "-" if amount < 0 else ""
+    return format_html(
+        '<span class="money" title="{} exactly">{}</span>', f"{sign}${exact.lstrip('-')}", text
+    )

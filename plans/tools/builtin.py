@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail as django_send_mail
@@ -69,6 +69,48 @@ _EMAIL_RETRYABLE = (
     smtplib.SMTPConnectError,
     smtplib.SMTPServerDisconnected,
 )
+
+
+# What the side-effect tools return: the planner may name their fields, as in "{{2.reference}}",
+# and validation checks such a placeholder against these.
+class SearchHit(TypedDict):
+    doc: str
+    title: str
+    snippet: str
+    cite: str
+
+
+class EmailSent(TypedDict):
+    status: str
+    reference: str
+    to: str
+
+
+class Refund(TypedDict):
+    status: str
+    reference: str
+    order_id: str
+    amount_inr: int
+
+
+class FlightBooking(TypedDict):
+    status: str
+    reference: str
+    origin: str
+    destination: str
+    date: str
+    passenger: str
+    price_inr: int
+
+
+class HotelBooking(TypedDict):
+    status: str
+    reference: str
+    city: str
+    check_in: str
+    nights: int
+    guest: str
+    price_inr: int
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -360,7 +402,7 @@ def _snippet(doc: _Doc, query: set[str]) -> str:
 
 
 @tool(pure=True)
-def search(query: str, limit: SearchHits = 3) -> list[dict]:
+def search(query: str, limit: SearchHits = 3) -> list[SearchHit]:
     """Search the shop's library (agent design notes and shop policies) and return cited
     snippets; cite a hit in an answer by its "cite" text, e.g. [refund-policy].
 
@@ -390,7 +432,7 @@ def search(query: str, limit: SearchHits = 3) -> list[dict]:
 
 
 @tool(destructive=True, timeout_s=30, retryable=_EMAIL_RETRYABLE)
-def send_email(to: str, subject: str, body: str, idempotency_key: str) -> dict:
+def send_email(to: str, subject: str, body: str, idempotency_key: str) -> EmailSent:
     """Send a plain-text email from the shop (once per idempotency key).
 
     Args:
@@ -414,11 +456,11 @@ def send_email(to: str, subject: str, body: str, idempotency_key: str) -> dict:
         django_send_mail(subject, body, None, [to], fail_silently=False)
 
     args = {"to": to, "subject": subject, "body": body}
-    return once("email", idempotency_key, args, result, deliver=deliver)
+    return cast(EmailSent, once("email", idempotency_key, args, result, deliver=deliver))
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
-def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key: str) -> dict:
+def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key: str) -> Refund:
     """Refund part or all of a demo order to the customer's original payment method (once per
     idempotency key); refunds of an order never exceed what was paid for it.
 
@@ -450,7 +492,7 @@ def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key
             )
 
     args = {"order_id": order["id"], "amount_inr": amount_inr, "reason": reason}
-    return once("refund", idempotency_key, args, result, check=check_total)
+    return cast(Refund, once("refund", idempotency_key, args, result, check=check_total))
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
@@ -461,7 +503,7 @@ def book_flight(
     passenger: str,
     price_inr: Rupees,
     idempotency_key: str,
-) -> dict:
+) -> FlightBooking:
     """Book an economy seat at the fare quoted by flight_price (once per idempotency key).
 
     Args:
@@ -489,13 +531,13 @@ def book_flight(
         "price_inr": price_inr,
     }
     result = {"status": "booked", "reference": reference_for("FL", idempotency_key), **args}
-    return once("flight", idempotency_key, args, result)
+    return cast(FlightBooking, once("flight", idempotency_key, args, result))
 
 
 @tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
 def book_hotel(
     city: str, check_in: str, nights: Nights, guest: str, price_inr: Rupees, idempotency_key: str
-) -> dict:
+) -> HotelBooking:
     """Book a standard hotel room at the price quoted by hotel_price (once per idempotency key).
 
     Args:
@@ -524,4 +566,4 @@ def book_hotel(
         "price_inr": price_inr,
     }
     result = {"status": "booked", "reference": reference_for("HT", idempotency_key), **args}
-    return once("hotel", idempotency_key, args, result)
+    return cast(HotelBooking, once("hotel", idempotency_key, args, result))

@@ -41,6 +41,7 @@ class ToolSpec:
     reconcile: Callable[[str], Any] | None = None
     # Parameters whose JSON value is turned into the hinted type (date, Decimal, dataclass...).
     converters: Mapping[str, Converter] = field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
@@ -151,6 +152,7 @@ def tool(
             pure=pure,
             reconcile=reconcile,
             converters=derived.converters,
+            output_schema=derived.output_schema,
         )
         _declare(spec)
         func.tool_spec = spec  # type: ignore[attr-defined]
@@ -296,13 +298,16 @@ def _load(modules: list[str]) -> dict[str, ToolSpec]:
 
 
 def tool_catalog_for_prompt(registry: Mapping[str, ToolSpec]) -> list[dict[str, Any]]:
-    """The tools as the planner sees them, sorted by name."""
-    return [
-        {
+    """The tools as the planner sees them, sorted by name, with output_schema where declared."""
+    catalog = []
+    for spec in (registry[name] for name in sorted(registry)):
+        entry: dict[str, Any] = {
             "name": spec.name,
             "description": spec.description,
             "input_schema": copy.deepcopy(spec.schema),
             "destructive": spec.destructive,
         }
-        for spec in (registry[name] for name in sorted(registry))
-    ]
+        if spec.output_schema is not None:
+            entry["output_schema"] = copy.deepcopy(spec.output_schema)
+        catalog.append(entry)
+    return catalog

@@ -59,6 +59,8 @@ class DerivedSignature:
     takes_idempotency_key: bool
     # Parameters whose JSON value becomes another Python type (a date, a dataclass, ...).
     converters: dict[str, Converter] = dataclasses.field(default_factory=dict)
+    # The result's JSON schema from the return annotation; None where it says nothing checkable.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,66 @@ def derive(fn: Callable[..., Any]) -> DerivedSignature:
         "required": required,
         "additionalProperties": False,
     }
-    return DerivedSignature(description, schema, takes_key, converters)
+    return DerivedSignature(
+        description, schema, takes_key, converters, output_schema(hints.get("return"))
+    )
+
+
+def output_schema(hint: Any) -> dict[str, Any] | None:
+    """The JSON schema of a tool's result from its return annotation, or None when unknown.
+
+    TypedDicts and dataclasses become closed objects whose fields placeholders may name;
+    ``dict[str, X]`` an object of X values; hints outside the subset leave the result unchecked.
+    """
+    if hint is None:
+        return None
+    try:
+        return _result_schema(hint)
+    except _Unsupported:
+        return None
+
+
+def _result_schema(hint: Any) -> dict[str, Any]:
+    if isinstance(hint, typing.TypeAliasType):
+        return _result_schema(hint.__value__)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _result_schema(args[0])
+    if typing.is_typeddict(hint):
+        fields = typing.get_type_hints(hint)
+        return {
+            "type": "object",
+            "properties": {name: _result_schema(field) for name, field in fields.items()},
+            "required": sorted(hint.__required_keys__),
+            "additionalProperties": False,
+        }
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        fields = typing.get_type_hints(hint)
+        return {
+            "type": "object",
+            "properties": {
+                f.name: _result_schema(fields[f.name]) for f in dataclasses.fields(hint)
+            },
+            "required": [f.name for f in dataclasses.fields(hint)],
+            "additionalProperties": False,
+        }
+    if (hint is dict or origin is dict) and len(args) == 2 and args[0] is str:
+        return {"type": "object", "additionalProperties": _result_schema(args[1])}
+    if origin is list and args:
+        return {"type": "array", "items": _result_schema(args[0])}
+    if origin is Union or origin is types.UnionType:
+        # int | float and X | None: the union of the members' types, with no deeper shape.
+        kinds: list[str] = []
+        for member in args:
+            member_type = _result_schema(member)["type"]
+            for kind in [member_type] if isinstance(member_type, str) else member_type:
+                if kind not in kinds:
+                    kinds.append(kind)
+        return {"type": kinds}
+    if hint is types.NoneType:
+        return {"type": "null"}
+    return schema_for_hint(hint)
 
 
 def _param_description(text: str, default: Any) -> str:

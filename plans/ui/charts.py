@@ -248,6 +248,49 @@ def _shown_char(char: str) -> str:
     return json.dumps(char)[1:-1]  # "\u202e"; a surrogate pair beyond the BMP
 
 
+def hidden_char(char: str) -> bool:
+    """Whether char changes or hides what text shows without showing itself.
+
+    Format characters (bidi controls, zero-width ones, tags), line and paragraph separators,
+    control characters other than tab and newline, surrogates and non-characters.
+    """
+    if char in "\t\n":
+        return False
+    category = unicodedata.category(char)
+    return category in ("Cf", "Zl", "Zp", "Cc", "Cs") or char in ("\ufffe", "\uffff")
+
+
+def spelled_char(char: str) -> str:
+    """A hidden character as people can see it: "⟨U+202E⟩"."""
+    return f"\u27e8U+{ord(char):04X}\u27e9"
+
+
+_CANDIDATE = re.compile(r"[^\x20-\x7e\n]")
+
+
+def spelled_text(text: str) -> str:
+    """The text with every hidden character spelled out (for titles and other plain text)."""
+    return _CANDIDATE.sub(
+        lambda match: spelled_char(match.group()) if hidden_char(match.group()) else match.group(),
+        text,
+    )
+
+
+def spelled_parts(text: str) -> list[tuple[str, bool]]:
+    """The text as (piece, hidden) pairs: runs of ordinary text and single hidden characters."""
+    parts: list[tuple[str, bool]] = []
+    start = 0
+    for match in _CANDIDATE.finditer(text):
+        if hidden_char(match.group()):
+            if match.start() > start:
+                parts.append((text[start : match.start()], False))
+            parts.append((match.group(), True))
+            start = match.end()
+    if start < len(text):
+        parts.append((text[start:], False))
+    return parts
+
+
 def visible_text(text: str) -> str:
     """Text XML accepts: control characters, surrogates and non-characters become \ufffd."""
     return "".join(

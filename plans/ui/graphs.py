@@ -13,13 +13,16 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from itertools import pairwise
+from typing import Any
 
 import graphviz
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.models import Plan, Step
+from plans.engine import PlanParseError, parse_planner_output
+from plans.models import Approval, Plan, Step
 from plans.ui.charts import shown_json, shown_text
 from plans.ui.charts import visible_text as _visible
 
@@ -42,7 +45,15 @@ DOT_MEMORY_BYTES = 512 * 1024 * 1024
 MAX_SVG_BYTES = 5 * 1024 * 1024
 MAX_STEPS_DRAWN = 300  # dot's layout time grows fast; no real plan comes near this
 LABEL_LINE_CHARS = 40
-LABEL_MAX_ARGS = 4
+DESTRUCTIVE_LINE_CHARS = 60
+LABEL_MAX_ARGS = 4  # a destructive step lists every argument: a reviewer must see them all
+TOOLTIP_CHARS = 500
+PROBLEM_COLOUR = "#d92d20"
+# "step 3: ..." or "step at position 2: ...": which step a stored problem is about.
+_PROBLEM_STEP = re.compile(r"^step (\d+):")
+_PROBLEM_POSITION = re.compile(r"^step at position (\d+):")
+_MISSING_DEPENDENCY = re.compile(r"depends on step (\d+), which does not exist")
+_CYCLE = re.compile(r"^cycle: ([\d\s\->]+)$")
 CACHE_SECONDS = 24 * 3600
 FAILURE_CACHE_SECONDS = 60  # a graph that times out must not cost 5 s of CPU per page view
 
@@ -81,18 +92,31 @@ class GraphError(Exception):
     """The graph could not be drawn; the message says why and is shown (escaped) to the user."""
 
 
-def plan_svg(plan: Plan, steps: Iterable[Step]) -> SafeString:
-    """The plan as sanitised inline SVG (or an error box); identical input is drawn once."""
-    return mark_safe(_plan_svg(plan, list(steps)))  # noqa: S308 - rebuilt from an allowlist
+def plan_svg(
+    plan: Plan, steps: Iterable[Step], *, decisions: Mapping[int, Approval] | None = None
+) -> SafeString:
+    """The plan as sanitised inline SVG (or an error box); identical input is drawn once.
+
+    decisions (each step's latest approval, plans.selectors.approvals.step_decisions) let a
+    destructive node say who approved, edited or rejected it. An invalid plan, which has no
+    steps, is drawn as the planner proposed it with its problems marked.
+    """
+    steps = list(steps)
+    if not plan.is_valid and not steps:
+        return mark_safe(_invalid_plan_svg(plan))  # noqa: S308 - rebuilt from an allowlist
+    return mark_safe(_plan_svg(plan, steps, decisions or {}))  # noqa: S308 - as above
 
 
-def _plan_svg(plan: Plan, steps: list[Step]) -> str:
+def _plan_svg(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval]) -> str:
     steps = sorted(steps, key=lambda step: step.step_id)
     if len(steps) > MAX_STEPS_DRAWN:
         return error_svg(
             f"The plan has {len(steps)} steps; graphs are drawn for up to {MAX_STEPS_DRAWN}."
         )
-    source = plan_dot(plan, steps)
+    return _drawn(plan_dot(plan, steps, decisions))
+
+
+def _drawn(source: str) -> str:
     key = "plan-svg:" + hashlib.sha256(source.encode()).hexdigest()
     cached = cache.get(key)
     if cached is not None:
@@ -107,14 +131,50 @@ def _plan_svg(plan: Plan, steps: list[Step]) -> str:
     return svg
 
 
-def plan_dot(plan: Plan, steps: list[Step]) -> str:
+def plan_dot(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval] | None = None) -> str:
     """DOT source for the plan: a node per step, an edge from each dependency to its dependant.
 
-    The graphviz package writes the DOT and quotes every attribute value; labels are HTML-like
-    (``<...>``, which it leaves as they are), so their text is escaped here.
+    The graphviz package writes the DOT and quotes every attribute value (tooltips are plain
+    text); labels are HTML-like (``<...>``, which it leaves as they are), so their text is
+    escaped here.
     """
+    decisions = decisions or {}
+    dot = _digraph(plan)
+    known = {step.step_id for step in steps}
+    for step in steps:
+        status = step.status if step.status in STATUS_COLOURS else "pending"
+        classes = f"step status-{status}" + (" destructive" if step.destructive else "")
+        attributes = {
+            "id": f"step-{int(step.step_id)}",
+            "class": classes,
+            "fillcolor": STATUS_COLOURS[status],
+        }
+        if step.destructive:
+            attributes |= {
+                "shape": "box",
+                "style": "filled,bold",
+                "peripheries": "2",
+                "color": DESTRUCTIVE_BORDER_COLOUR,
+            }
+        tooltip = _tooltip(step)
+        if tooltip:
+            attributes["tooltip"] = tooltip
+        label = _node_label(step, decisions.get(step.step_id))
+        dot.node(f"s{int(step.step_id)}", f"<{label}>", **attributes)
+    for step in steps:
+        for dependency in step.depends_on or []:
+            if isinstance(dependency, int) and dependency in known:
+                dot.edge(
+                    f"s{dependency}",
+                    f"s{int(step.step_id)}",
+                    id=f"edge-{dependency}-{int(step.step_id)}",
+                )
+    return dot.source
+
+
+def _digraph(plan: Plan) -> graphviz.Digraph:
     font = "Helvetica,Arial,sans-Serif"
-    dot = graphviz.Digraph(
+    return graphviz.Digraph(
         "plan",
         graph_attr={
             "id": f"plan-graph-{int(plan.pk or 0)}",
@@ -136,48 +196,174 @@ def plan_dot(plan: Plan, steps: list[Step]) -> str:
         },
         edge_attr={"color": "#98a2b3", "arrowsize": "0.7", "penwidth": "1.1"},
     )
-    known = {step.step_id for step in steps}
-    for step in steps:
-        status = step.status if step.status in STATUS_COLOURS else "pending"
-        classes = f"step status-{status}" + (" destructive" if step.destructive else "")
+
+
+def _node_label(step: Step, decision: Approval | None = None) -> str:
+    """A graphviz HTML-like label: escaped text lines, left-aligned, with our own markup only.
+
+    A destructive step shows the arguments it will run with (resolved, once known), all of them,
+    and what became of it: waiting, approved (by whom, edited or not), rejected or expired.
+    """
+    args: Any = step.args
+    if step.destructive and step.resolved_args is not None:
+        args = decision.args if decision is not None else step.resolved_args
+    lines = _arg_lines(step.tool, step.step_id, args, destructive=step.destructive)
+    if step.destructive:
+        lines.append(_decision_line(step, decision))
+    return '<BR ALIGN="LEFT"/>'.join(lines) + '<BR ALIGN="LEFT"/>'
+
+
+def _arg_lines(tool: Any, step_id: Any, args: Any, *, destructive: bool) -> list[str]:
+    glyph = "\u26a0 " if destructive else ""
+    title = f"{glyph}{_visible(shown_text(str(step_id)))} \u00b7 {_shorten(_visible(str(tool)))}"
+    lines = [f"<B>{html.escape(title)}</B>"]
+    args = args if isinstance(args, dict) else {"args": args}
+    shown = list(args.items()) if destructive else list(args.items())[:LABEL_MAX_ARGS]
+    limit = DESTRUCTIVE_LINE_CHARS if destructive else LABEL_LINE_CHARS
+    for name, value in shown:
+        text = f"{_visible(shown_text(str(name)))}={_visible(shown_json(value))}"
+        lines.append(html.escape(_shorten(text, limit)))
+    if len(args) > len(shown):
+        lines.append(html.escape(f"+{len(args) - len(shown)} more"))
+    return lines
+
+
+def _decision_line(step: Step, decision: Approval | None) -> str:
+    """What became of a destructive step, in the colour of its outcome."""
+    decided = decision is not None and decision.decision != Approval.Decision.PENDING
+    if not decided or decision is None:
+        if step.status in ("pending", "awaiting_approval", "running"):
+            return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">destructive: needs approval</FONT>'
+        return f'<FONT COLOR="#475467">destructive: {html.escape(_status(step.status))}</FONT>'
+    who = decision.reviewer.get_username() if decision.reviewer is not None else "the system"
+    who = html.escape(_shorten(_visible(shown_text(who)), 30))
+    if decision.decision == Approval.Decision.APPROVED:
+        edited = " with edits" if decision.args != decision.requested_args else ""
+        return f'<FONT COLOR="#067647">\u2713 approved{edited} by {who}</FONT>'
+    if decision.decision == Approval.Decision.EXPIRED:
+        return (
+            f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">\u2717 expired: not decided in time</FONT>'
+        )
+    return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">\u2717 rejected by {who}</FONT>'
+
+
+def _tooltip(step: Step) -> str:
+    """Why a step did not run or failed, as plain text for the node's tooltip."""
+    if not step.error:
+        return ""
+    why = {"skipped": "Skipped", "blocked": "Blocked", "failed": "Failed"}.get(step.status, "")
+    error = str(step.error)
+    said = error.lower().startswith(why.lower())
+    text = f"{why}: {error}" if why and not said else error[:1].upper() + error[1:]
+    return _shorten(_visible(shown_text(text)), TOOLTIP_CHARS)
+
+
+def _status(status: str) -> str:
+    return status.replace("_", " ")
+
+
+def _invalid_plan_svg(plan: Plan) -> str:
+    """The plan as the planner proposed it, offending steps and edges marked, problems beside."""
+    try:
+        data = parse_planner_output(plan.raw_output)
+    except PlanParseError as error:
+        return error_svg(f"The planner's reply could not be read as a plan: {error}")
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        return error_svg("The plan has no steps: " + "; ".join(map(str, plan.problems or [])))
+    if len(raw_steps) > MAX_STEPS_DRAWN:
+        return error_svg(
+            f"The plan has {len(raw_steps)} steps; graphs are drawn for up to {MAX_STEPS_DRAWN}."
+        )
+    return _drawn(invalid_plan_dot(plan, raw_steps))
+
+
+def invalid_plan_dot(plan: Plan, raw_steps: list[Any]) -> str:
+    """DOT of a plan that failed validation, drawn from the steps as proposed."""
+    problems = [str(problem) for problem in plan.problems or []]
+    offending_ids = {int(m.group(1)) for p in problems if (m := _PROBLEM_STEP.match(p))}
+    offending_positions = {int(m.group(1)) for p in problems if (m := _PROBLEM_POSITION.match(p))}
+    cycle_edges: set[tuple[int, int]] = set()
+    for problem in problems:
+        match = _CYCLE.match(problem)
+        if match:
+            chain = [int(part) for part in re.findall(r"\d+", match.group(1))]
+            # "1 -> 3": step 1 depends on step 3, drawn as an edge from 3 to 1.
+            cycle_edges |= {(after, before) for before, after in pairwise(chain)}
+    dot = _digraph(plan)
+    nodes: dict[Any, str] = {}
+    for position, raw in enumerate(raw_steps, 1):
+        raw = raw if isinstance(raw, dict) else {}
+        step_id = raw.get("id")
+        name = f"s{step_id}" if _is_id(step_id) and step_id not in nodes else f"p{position}"
+        if _is_id(step_id):
+            nodes.setdefault(step_id, name)
+        bad = position in offending_positions or (_is_id(step_id) and step_id in offending_ids)
+        label_id = step_id if step_id is not None else f"#{position}"
+        lines = _arg_lines(raw.get("tool", "?"), label_id, raw.get("args", {}), destructive=False)
+        if bad:
+            lines.append(f'<FONT COLOR="{PROBLEM_COLOUR}">\u2717 see the problems</FONT>')
         attributes = {
-            "id": f"step-{int(step.step_id)}",
-            "class": classes,
-            "fillcolor": STATUS_COLOURS[status],
+            "id": f"proposed-{position}",
+            "class": "step proposed" + (" invalid" if bad else ""),
+            "fillcolor": "#fff4f2" if bad else STATUS_COLOURS["pending"],
         }
-        if step.destructive:
-            attributes |= {
-                "shape": "box",
-                "style": "filled,bold",
-                "peripheries": "2",
-                "color": DESTRUCTIVE_BORDER_COLOUR,
-            }
-        dot.node(f"s{int(step.step_id)}", f"<{_node_label(step)}>", **attributes)
-    for step in steps:
-        for dependency in step.depends_on or []:
-            if isinstance(dependency, int) and dependency in known:
-                dot.edge(
-                    f"s{dependency}",
-                    f"s{int(step.step_id)}",
-                    id=f"edge-{dependency}-{int(step.step_id)}",
+        if bad:
+            attributes |= {"color": PROBLEM_COLOUR, "penwidth": "2"}
+            mine = [p for p in problems if _about(p, step_id, position)]
+            attributes["tooltip"] = _shorten(_visible(shown_text("\n".join(mine))), TOOLTIP_CHARS)
+        dot.node(name, "<" + '<BR ALIGN="LEFT"/>'.join(lines) + '<BR ALIGN="LEFT"/>>', **attributes)
+    missing: set[int] = set()
+    for position, raw in enumerate(raw_steps, 1):
+        if not isinstance(raw, dict) or not isinstance(raw.get("depends_on"), list):
+            continue
+        step_id = raw.get("id")
+        target = nodes.get(step_id) if _is_id(step_id) else f"p{position}"
+        for dependency in raw["depends_on"]:
+            if not _is_id(dependency) or target is None:
+                continue
+            if dependency not in nodes:
+                missing.add(dependency)
+                dot.node(
+                    f"missing{dependency}",
+                    f"step {dependency}\n(does not exist)",
+                    id=f"missing-{dependency}",
+                    style="dashed",
+                    color=PROBLEM_COLOUR,
+                    fontcolor=PROBLEM_COLOUR,
                 )
+                source = f"missing{dependency}"
+            else:
+                source = nodes[dependency]
+            wrong = dependency in missing or (dependency, step_id) in cycle_edges
+            edge: dict[str, str] = {"id": f"edge-{dependency}-{position}"}
+            if wrong or dependency == step_id:
+                edge |= {"color": PROBLEM_COLOUR, "penwidth": "2", "style": "dashed"}
+                edge["class"] = "invalid"
+            dot.edge(source, target, **edge)
+    note = [f"<B>{len(problems)} problem{'s' if len(problems) != 1 else ''}</B>"] + [
+        html.escape(_shorten(_visible(shown_text(p)), 90)) for p in problems[:12]
+    ]
+    if len(problems) > 12:
+        note.append(html.escape(f"+{len(problems) - 12} more"))
+    dot.node(
+        "problems",
+        "<" + '<BR ALIGN="LEFT"/>'.join(note) + '<BR ALIGN="LEFT"/>>',
+        id="plan-problems",
+        shape="note",
+        fillcolor="#fff4f2",
+        color=PROBLEM_COLOUR,
+        fontcolor="#7a271a",
+    )
     return dot.source
 
 
-def _node_label(step: Step) -> str:
-    """A graphviz HTML-like label: escaped text lines, left-aligned, with our own markup only."""
-    glyph = "\u26a0 " if step.destructive else ""
-    title = f"{glyph}{int(step.step_id)} \u00b7 {_shorten(_visible(step.tool))}"
-    lines = [f"<B>{html.escape(title)}</B>"]
-    args = step.args if isinstance(step.args, dict) else {"args": step.args}
-    for name, value in list(args.items())[:LABEL_MAX_ARGS]:
-        text = f"{_visible(shown_text(str(name)))}={_visible(shown_json(value))}"
-        lines.append(html.escape(_shorten(text)))
-    if len(args) > LABEL_MAX_ARGS:
-        lines.append(html.escape(f"+{len(args) - LABEL_MAX_ARGS} more"))
-    if step.destructive:
-        lines.append('<FONT COLOR="#b42318">destructive: needs approval</FONT>')
-    return '<BR ALIGN="LEFT"/>'.join(lines) + '<BR ALIGN="LEFT"/>'
+def _is_id(value: Any) -> bool:
+    return type(value) is int and value > 0
+
+
+def _about(problem: str, step_id: Any, position: int) -> bool:
+    return problem.startswith((f"step {step_id}:", f"step at position {position}:"))
 
 
 def _shorten(text: str, limit: int = LABEL_LINE_CHARS) -> str:
@@ -241,10 +427,26 @@ def _clean_element(element: ET.Element) -> None:
     for child in list(element):
         tag = child.tag if isinstance(child.tag, str) else ""
         namespace, _, name = tag.rpartition("}")
-        if namespace != f"{{{SVG_NS}" or name not in ALLOWED_ELEMENTS:
+        if namespace == f"{{{SVG_NS}" and name == "a":
+            _tooltip_group(child)
+        elif namespace != f"{{{SVG_NS}" or name not in ALLOWED_ELEMENTS:
             element.remove(child)
             continue
         _clean_element(child)
+
+
+def _tooltip_group(link: ET.Element) -> None:
+    """graphviz wraps a node with a tooltip in <a xlink:title>: a plain <g> with a <title> instead.
+
+    Nothing of the link is kept but the text of its title, so it cannot navigate or run.
+    """
+    title = link.get(f"{{{XLINK_NS}}}title", "")
+    link.tag = f"{{{SVG_NS}}}g"
+    link.attrib.clear()
+    link.set("class", "tooltip")
+    element = ET.Element(f"{{{SVG_NS}}}title")
+    element.text = title
+    link.insert(0, element)
 
 
 def _clean_attributes(element: ET.Element) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.db.models import Q
 from django.http import HttpResponse
@@ -19,6 +18,7 @@ from plans.selectors.approvals import approvals_waiting, pending_approvals_count
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
+from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
 from plans.views.params import SignedInRequest
 
@@ -28,6 +28,7 @@ class ApprovalCard:
     approval: Approval
     args_text: str  # what the edit box holds: the arguments as JSON, or the reviewer's draft
     inputs: list[Step]  # the steps whose results fed the arguments
+    effect: str = ""  # what approving it does, in one line (plans.ui.effects)
 
 
 @dataclass
@@ -61,7 +62,6 @@ def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
-        "four_eyes": settings.AGENTSITE_FOUR_EYES,
     }
 
 
@@ -176,6 +176,7 @@ def decision_groups(
                     for dep in step.depends_on
                     if (step.plan_id, dep) in steps
                 ],
+                effect=effect_line(approval.tool, approval.args),
             )
         )
     for group in groups.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,8 @@ from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Goal, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
+from plans.selectors.approvals import step_decisions
+from plans.selectors.runs import StepProgress
 from plans.services.approvals import ApprovalRefused
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
@@ -176,7 +179,7 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
         "graph_svg": graph_svg(plan, steps),
         "status_colours": STATUS_COLOURS.items(),
         "totals": run_totals(run, steps),
-        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
         "last_seq": last_seq,
         "ws_url": f"/ws/runs/{run.pk}/?after={last_seq}",
         **(step_panel_context(selected) if selected else {}),
@@ -209,7 +212,7 @@ def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, 
         "status_colours": STATUS_COLOURS.items(),
         "answer_changed": "answer_finished" in kinds,
         "totals": run_totals(run, steps),
-        "timeline": [timeline_entry(e) for e in reversed(events)],
+        "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
@@ -221,10 +224,11 @@ def answer_delta_fragment(text: str) -> str:
 
 
 def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
-    if plan is None or not plan.is_valid or not steps:
+    """The plan drawn with what became of each step; an invalid plan drawn as proposed."""
+    if plan is None or (plan.is_valid and not steps):
         return ""
     # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
-    return mark_safe(plan_svg(plan, steps))  # noqa: S308
+    return mark_safe(plan_svg(plan, steps, decisions=step_decisions(plan)))  # noqa: S308
 
 
 def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
@@ -240,6 +244,7 @@ def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
         "rounds": max((s.round for s in steps), default=0),
         "approvals_requested": approvals["requested"],
         "approvals_decided": approvals["decided"],
+        "progress": StepProgress.of(Counter(step.status for step in steps)),
     }
 
 

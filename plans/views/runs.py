@@ -14,8 +14,15 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
+from plans.selectors.approvals import step_decisions
 from plans.selectors.audit import run_audit_get, run_export_json
-from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
+from plans.selectors.runs import (
+    DEFAULT_RUN_SORT,
+    RUN_SORTS,
+    RunFilters,
+    runs_matching,
+    runs_progress,
+)
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
@@ -90,9 +97,11 @@ def run_list(request: SignedInRequest) -> HttpResponse:
     page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
         request.GET.get("page")
     )
+    progress = runs_progress([run.pk for run in page.object_list])
     context = {
         "form": form,
         "page": page,
+        "progress": progress,
         "page_range": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
         "ellipsis": Paginator.ELLIPSIS,
         "filtered": filters != RunFilters(sort=filters.sort),
@@ -170,7 +179,7 @@ def run_graph_svg(request: SignedInRequest, run_id: int) -> HttpResponse:
         plan = plans.filter(is_valid=True).first() or plans.first()
     if plan is None:
         raise Http404("This run has no plan yet.")
-    svg = plan_svg(plan, Step.objects.filter(plan=plan))
+    svg = plan_svg(plan, Step.objects.filter(plan=plan), decisions=step_decisions(plan))
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Security-Policy"] = SVG_CSP
     response["X-Content-Type-Options"] = "nosniff"

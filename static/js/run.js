@@ -197,3 +197,23 @@
     }
   }
 })();
+
+// The decision bar names what approving does for the ticked steps only.
+(function () {
+  "use strict";
+  function refreshSummary(form) {
+    var shown = 0;
+    form.querySelectorAll('input[name="approval"]').forEach(function (box) {
+      var effect = form.querySelector('.effect[data-approval="' + box.value + '"]');
+      if (!effect) return;
+      effect.hidden = !box.checked;
+      if (box.checked) shown += 1;
+    });
+    var none = form.querySelector(".effects-none");
+    if (none) none.hidden = shown > 0;
+  }
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (box && box.name === "approval" && box.form) refreshSummary(box.form);
+  });
+})();

@@ -135,6 +135,19 @@ def manage(daphne_server, request):
     return run
 
 
+@pytest.fixture
+def ends_runs(manage):
+    """ends_runs(run_id): the run is cancelled after the test, so its approvals leave the inbox.
+
+    The server is shared by the whole session: later tests expect an inbox this test emptied.
+    """
+    run_ids: list[str] = []
+    yield run_ids.append
+    for run_id in run_ids:
+        ended = manage("cancel_run", str(run_id), "--wait", "20")
+        assert ended.returncode == 0, ended.stderr
+
+
 # Per module, not per session: Playwright's sync API keeps an event loop running in this thread,
 # and Django refuses database work in the tests after it while that loop is alive.
 @pytest.fixture(scope="module")

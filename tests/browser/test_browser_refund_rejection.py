@@ -41,6 +41,7 @@ def test_a_rejected_refund_blocks_its_step_and_skips_the_email(sign_in, screensh
     expect(author.locator("#step-row-3")).to_contain_text("skipped")
     expect(author.locator("#graph g#step-2")).to_have_class(re.compile(r"\bstatus-blocked\b"))
     expect(author.locator("#graph g#step-3")).to_have_class(re.compile(r"\bstatus-skipped\b"))
+    expect(author.locator("#graph g#step-2")).to_contain_text("rejected by reviewer")
     expect(author.locator("#answer-text")).to_contain_text(REASON)
     assert author.evaluate("window.__marker") == 1
     screenshot(author, "run_page_blocked")

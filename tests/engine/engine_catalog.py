@@ -9,6 +9,7 @@ class FakeTool:
     name: str
     schema: dict[str, Any]
     destructive: bool = False
+    output_schema: dict[str, Any] | None = None
 
 
 def object_schema(properties: dict[str, Any], required: list[str] | None = None) -> dict:

@@ -149,8 +149,8 @@ class Watcher:
                 self.closed_early = str(closed)
                 return
             self.messages += 1
-            # Each push lists its events newest first (they are prepended to the timeline).
-            self.seqs.extend(reversed([int(seq) for seq in SEQ.findall(html)]))
+            # Each push lists its events oldest first (they are appended to the timeline).
+            self.seqs.extend(int(seq) for seq in SEQ.findall(html))
 
     def close(self) -> None:
         self._stop.set()

@@ -104,7 +104,10 @@ def test_the_refund_goal_looks_up_refunds_and_emails():
                 {
                     "to": "customer-a1001@example.com",
                     "subject": "Your refund",
-                    "body": "We refunded INR {{1}} for order A-1001. Reference: {{2}}",
+                    "body": (
+                        "We refunded INR {{2.amount_inr}} for order A-1001. "
+                        "Reference: {{2.reference}}"
+                    ),
                 },
                 [1, 2],
             ),

@@ -166,13 +166,19 @@ def test_the_prompt_catalog_is_sorted_by_name_and_shaped_for_the_planner():
     catalog = tool_catalog_for_prompt(registry)
     assert [entry["name"] for entry in catalog] == sorted(registry)
     for entry in catalog:
-        assert set(entry) == {"name", "description", "input_schema", "destructive"}
+        assert set(entry) - {"output_schema"} == {
+            "name",
+            "description",
+            "input_schema",
+            "destructive",
+        }
         assert entry["description"]
         assert entry["input_schema"] == registry[entry["name"]].schema
     by_name = {entry["name"]: entry for entry in catalog}
     assert by_name["send_email"]["destructive"] is True
     assert by_name["price"]["destructive"] is False
     assert "idempotency_key" not in by_name["issue_refund"]["input_schema"]["properties"]
+    assert "reference" in by_name["issue_refund"]["output_schema"]["properties"]
 
 
 def test_editing_the_prompt_catalog_does_not_change_the_tool_schemas():

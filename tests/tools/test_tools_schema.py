@@ -1,7 +1,8 @@
 """Deriving a tool's description and JSON schema from its signature and docstring."""
 
 import json
-from typing import Any, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, TypedDict
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -9,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from plans.engine.argschema import check_args
 from plans.llm.base import catalog_text
 from plans.tools import ToolSpec, get_registry, tool, tool_catalog_for_prompt
-from plans.tools.schema import parse_docstring
+from plans.tools.schema import output_schema, parse_docstring
 
 type Colour = Literal["red", "green"]
 type MaybeColour = Colour | None
@@ -527,3 +528,57 @@ def test_built_in_schemas_agree_with_the_engine_argument_checker():
     assert argschema.check_args(registry["price"].schema, {"item": "x", "idempotency_key": "k"})
     currency = {"amount": 1, "from_currency": "JPY", "to_currency": "INR"}
     assert argschema.check_args(registry["convert_currency"].schema, currency) != []
+
+
+class _Refund(TypedDict):
+    reference: str
+    amount_inr: int
+
+
+@dataclass
+class _Quote:
+    price_inr: int
+    tags: list[str]
+
+
+@pytest.mark.parametrize(
+    ("hint", "expected"),
+    [
+        (
+            _Refund,
+            {
+                "type": "object",
+                "properties": {"reference": {"type": "string"}, "amount_inr": {"type": "integer"}},
+                "required": ["amount_inr", "reference"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            _Quote,
+            {
+                "type": "object",
+                "properties": {
+                    "price_inr": {"type": "integer"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["price_inr", "tags"],
+                "additionalProperties": False,
+            },
+        ),
+        (dict[str, int], {"type": "object", "additionalProperties": {"type": "integer"}}),
+        (list[_Refund], {"type": "array", "items": output_schema(_Refund)}),
+        (int | float, {"type": ["integer", "number"]}),
+        (dict, {"type": "object"}),
+        (object, None),  # outside the subset: the result is not checked
+        (None, None),
+    ],
+)
+def test_a_return_annotation_becomes_the_tools_output_schema(hint, expected):
+    assert output_schema(hint) == expected
+
+
+def test_the_refund_tool_declares_the_reference_a_plan_may_name():
+    refund = get_registry()["issue_refund"].output_schema
+
+    assert refund is not None
+    assert set(refund["properties"]) == {"status", "reference", "order_id", "amount_inr"}
