@@ -47,6 +47,7 @@ from plans.runtime.gate import (
 )
 from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
+from plans.runtime.worker import waiting
 from plans.services.plans import (
     declined_calls,
     plan_to_engine,
@@ -622,9 +623,13 @@ class StepsExecution:
     def _next_completed(self) -> list[Call]:
         """Wait for at least one finished call (or the next timer), then take all finished."""
         try:
-            done = [self.completed.get(timeout=self._wait_timeout())]
+            done = [self.completed.get_nowait()]
         except queue.Empty:
-            return []
+            try:
+                with waiting():  # tool calls out: this run's worker slot serves others
+                    done = [self.completed.get(timeout=self._wait_timeout())]
+            except queue.Empty:
+                return []
         while True:
             try:
                 done.append(self.completed.get_nowait())

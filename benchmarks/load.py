@@ -1,0 +1,176 @@
+"""Load benchmark: concurrent runs on one worker process, pages at a seeded size, events.
+
+Not a test: it prints medians and percentiles against the targets of issue 18.
+
+    ./dev bench load                          # concurrency (50, 200) and pages at 100k runs
+    ./dev bench load --runs 50,200 --seed 1000000 --sections concurrency,pages
+
+Concurrency: N runs of a 5-step diamond (tools sleeping 50 ms, or 50-500 ms at random) whose
+answer model call takes 1 s (the offline model with AGENTSITE_OFFLINE_LATENCY_MS), all started
+at once on this process's workers at their default (2, as `./dev serve`). Per run: wall from
+its start to its finish over its critical path (the tools' longest chain plus the model call),
+the delay from its enqueue to its start, and the process's CPU per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODEL_LATENCY_MS = 1000
+DEFAULT_WORKERS = 2  # `manage.py serve --workers` default
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def setup_django(var_dir: str) -> None:
+    os.environ["AGENTSITE_SQLITE_PATH"] = str(Path(var_dir) / "load.sqlite3")
+    os.environ["AGENTSITE_VAR_DIR"] = var_dir
+    os.environ["AGENTSITE_TOOL_MODULES"] = "benchmarks.bench_tools"
+    os.environ["AGENTSITE_MODEL_BACKEND"] = "offline"
+    os.environ["AGENTSITE_OFFLINE_LATENCY_MS"] = str(MODEL_LATENCY_MS)
+    os.environ["AGENTSITE_MODEL_CALLS_PER_MINUTE"] = "0"
+    os.environ["AGENTSITE_AUTHOR_DAILY_USD"] = "0"
+    os.environ["AGENTSITE_DEBUG"] = "0"
+    os.environ.setdefault("AGENTSITE_SECRET_KEY", "benchmark-only-" + os.urandom(16).hex())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def diamond(tool_ms: Callable[[], float]) -> list[dict]:
+    deps = {1: [], 2: [], 3: [1, 2], 4: [3], 5: [3]}
+    return [
+        {"id": i, "tool": "bench_sleep", "args": {"ms": tool_ms(), "tag": i}, "depends_on": d}
+        for i, d in deps.items()
+    ]
+
+
+def critical_path_s(steps: list[dict]) -> float:
+    from plans.engine import Plan, PlanStep, critical_path
+
+    plan = Plan(
+        steps=tuple(
+            PlanStep(id=s["id"], tool=s["tool"], args=s["args"], depends_on=tuple(s["depends_on"]))
+            for s in steps
+        )
+    )
+    tools = critical_path(plan, {s["id"]: s["args"]["ms"] / 1000 for s in steps})
+    return tools + MODEL_LATENCY_MS / 1000  # the answer's model call follows the last step
+
+
+def concurrent_runs(count: int, tool_ms: Callable[[], float]) -> dict[str, float]:
+    """Start `count` runs at once; wait for all; per-run ratios, start delays, CPU per run."""
+    from django.contrib.auth import get_user_model
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    plans = [diamond(tool_ms) for _ in range(count)]
+    runs = [
+        run_create(author=author, goal_text="load benchmark", plan_data={"steps": steps})
+        for steps in plans
+    ]
+    enqueued: dict[int, float] = {}
+    cpu_started = time.process_time()
+    for run in runs:
+        enqueued[run.pk] = time.time()
+        run_start(run)
+    ids = [run.pk for run in runs]
+    deadline = time.monotonic() + 120 + count
+    while Run.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} runs did not finish in time")
+        time.sleep(0.05)
+    cpu = time.process_time() - cpu_started
+    done = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+    statuses = {r.status for r in done.values()}
+    assert statuses == {"completed"}, statuses
+    ratios, delays, totals = [], [], []
+    for run, steps in zip(runs, plans, strict=True):
+        row = done[run.pk]
+        assert row.started_at and row.finished_at
+        crit = critical_path_s(steps)
+        ratios.append((row.finished_at - row.started_at).total_seconds() / crit)
+        delays.append(row.started_at.timestamp() - enqueued[run.pk])
+        totals.append((row.finished_at.timestamp() - enqueued[run.pk]) / crit)
+    return {
+        "ratio_p50": statistics.median(ratios),
+        "ratio_p95": percentile(ratios, 0.95),
+        "total_p95": percentile(totals, 0.95),
+        "delay_p50_ms": statistics.median(delays) * 1000,
+        "delay_p95_ms": percentile(delays, 0.95) * 1000,
+        "cpu_ms_per_run": cpu / count * 1000,
+    }
+
+
+def section_concurrency(counts: list[int]) -> None:
+    from plans.runtime.worker import start_worker_threads
+
+    start_worker_threads(DEFAULT_WORKERS, prefix="load", listen=False)
+    print(
+        f"concurrent 5-step diamond runs, answer model {MODEL_LATENCY_MS} ms, "
+        f"{DEFAULT_WORKERS} worker slots (the default), one process"
+    )
+    print(
+        f"{'runs':>6} {'tools':>11} {'run/crit p50':>13} {'p95':>6} {'(enq->end)/crit p95':>20}"
+        f" {'start delay p50':>16} {'p95':>8} {'CPU/run':>9}"
+    )
+    concurrent_runs(5, lambda: 50.0)  # warm up
+    rng = random.Random(18)
+    for count in counts:
+        for label, tool_ms in (
+            ("50 ms", lambda: 50.0),
+            ("50-500 ms", lambda: float(rng.randint(50, 500))),
+        ):
+            f = concurrent_runs(count, tool_ms)
+            print(
+                f"{count:>6} {label:>11} {f['ratio_p50']:>13.2f} {f['ratio_p95']:>6.2f}"
+                f" {f['total_p95']:>20.2f} {f['delay_p50_ms']:>13.0f} ms"
+                f" {f['delay_p95_ms']:>5.0f} ms {f['cpu_ms_per_run']:>6.1f} ms"
+            )
+    print(
+        "targets (200 runs, tools 50 ms): run/crit <= 1.2, start delay p95 <= 100 ms\n"
+        "run/crit: the run's start to its finish over its critical path (tools + model call);\n"
+        "(enq->end)/crit also counts the wait to start. CPU/run: this process's CPU / runs.\n"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="50,200", help="concurrent run counts")
+    parser.add_argument("--sections", default="concurrency", help="concurrency")
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
+        setup_django(var_dir)
+        print(
+            f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, SQLite WAL in {var_dir}, DEBUG off\n"
+        )
+        if "concurrency" in sections:
+            section_concurrency([int(n) for n in args.runs.split(",")])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
