@@ -9,7 +9,6 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponse
@@ -20,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
 from plans.selectors.audit import run_audit_get, run_export_data
-from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_matching
+from plans.selectors.runs import DEFAULT_RUN_SORT, RUN_SORTS, RunFilters, runs_page
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
@@ -92,14 +91,18 @@ def _author_choices() -> list[tuple[str, str]]:
 def run_list(request: SignedInRequest) -> HttpResponse:
     form = RunFilterForm(request.GET, viewer=request.user)
     filters = form.filters()
-    page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
-        request.GET.get("page")
+    # Keyset pages (after/before a cursor, or the last page): no OFFSET, however deep.
+    page = runs_page(
+        viewer=request.user,
+        filters=filters,
+        after=request.GET.get("after"),
+        before=request.GET.get("before"),
+        last=request.GET.get("last") == "1",
+        size=RUNS_PER_PAGE,
     )
     context = {
         "form": form,
         "page": page,
-        "page_range": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
-        "ellipsis": Paginator.ELLIPSIS,
         "filtered": filters != RunFilters(sort=filters.sort),
         "can_see_all": request.user.has_perm("plans.view_all_runs"),
         "sort": filters.sort,
