@@ -15,6 +15,7 @@ the delay from its enqueue to its start, and the process's CPU per run.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import random
@@ -37,8 +38,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def setup_django(var_dir: str) -> None:
-    os.environ["AGENTSITE_SQLITE_PATH"] = str(Path(var_dir) / "load.sqlite3")
+def setup_django(var_dir: str, db: str = "") -> None:
+    os.environ["AGENTSITE_SQLITE_PATH"] = db or str(Path(var_dir) / "load.sqlite3")
     os.environ["AGENTSITE_VAR_DIR"] = var_dir
     os.environ["AGENTSITE_TOOL_MODULES"] = "benchmarks.bench_tools"
     os.environ["AGENTSITE_MODEL_BACKEND"] = "offline"
@@ -51,6 +52,8 @@ def setup_django(var_dir: str) -> None:
     import django
 
     django.setup()
+    logging.getLogger("plans.runtime.worker").setLevel(logging.WARNING)
+    logging.getLogger("django.tasks").setLevel(logging.WARNING)
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -155,18 +158,121 @@ def section_concurrency(counts: list[int]) -> None:
     )
 
 
+def seeded(count: int) -> None:
+    """Seed `count` runs (manage.py seed_runs), unless the database holds that many already."""
+    from django.core.management import call_command
+
+    from plans.models import Run
+
+    have = Run.objects.count()
+    if have >= count:
+        return
+    started = time.monotonic()
+    call_command("seed_runs", str(count - have), "--authors", "20", "--days", "365", "--seed", "18")
+    print(f"seeded {count - have:,} runs in {time.monotonic() - started:.0f} s")
+
+
+def page_urls() -> list[tuple[str, str]]:
+    """(label, URL) for every list, filter, sort, deep page, the inbox, an audit and export."""
+    from django.db.models import Count
+
+    from plans.models import Run, RunEvent
+    from plans.selectors.runs import RUN_SORT_KEYS, RUN_SORTS, _cursor_write
+
+    urls = [("runs, default", "/runs/")]
+    urls += [(f"runs, sort={sort}", f"/runs/?sort={sort}") for sort in RUN_SORTS]
+    urls += [
+        (f"runs, status=completed sort={sort}", f"/runs/?status=completed&sort={sort}")
+        for sort in RUN_SORTS
+    ]
+    urls.append(("runs, status=failed", "/runs/?status=failed"))
+    urls.append(("runs, last 7 days", "/runs/?date_from=" + _days_ago(7)))
+    author = Run.objects.values_list("goal__author__username", flat=True).first()
+    urls.append(("runs, author (one of 20)", f"/runs/?author={author}"))
+    urls.append(("runs, tool=book_flight", "/runs/?tool=book_flight"))
+    total = Run.objects.count()
+    for sort in ("-date", "-cost"):
+        key = RUN_SORT_KEYS[sort]
+        row = Run.objects.filter(experiment__isnull=True).order_by(*RUN_SORTS[sort])[total // 2]
+        urls.append(
+            (
+                f"runs, sort={sort} deep (row {total // 2:,})",
+                f"/runs/?sort={sort}&after=" + _cursor_write(row, key),
+            )
+        )
+    urls.append(("runs, last page", "/runs/?last=1"))
+    urls.append(("approvals inbox", "/approvals/"))
+    biggest = (
+        RunEvent.objects.values("run").annotate(n=Count("id")).order_by("-n").first()
+        if total <= 200_000
+        else None
+    )
+    run_id = biggest["run"] if biggest else Run.objects.order_by("-pk").first().pk
+    urls.append((f"audit (run {run_id})", f"/runs/{run_id}/audit/"))
+    urls.append((f"export (run {run_id})", f"/runs/{run_id}/export.json"))
+    urls.append(("costs", "/costs/"))
+    return urls
+
+
+def _days_ago(days: int) -> str:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return (timezone.localdate() - timedelta(days=days)).isoformat()
+
+
+def section_pages(count: int, repeats: int) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    seeded(count)
+    operator = get_user_model().objects.filter(username="load-operator").first()
+    if operator is None:
+        operator = get_user_model().objects.create_superuser("load-operator")
+    client = Client()
+    client.force_login(operator)
+    print(f"pages at {count:,} runs (SQLite; Django's test client in-process, no network)")
+    print(f"{'page':<52}{'first ms':>9}{'p50 ms':>9}{'p95 ms':>9}{'KB':>8}")
+    for label, url in page_urls():
+        times = []
+        size = 0
+        for _ in range(repeats + 1):
+            started = time.perf_counter()
+            response = client.get(url, secure=True)
+            body = b"".join(response) if response.streaming else response.content
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (url, response.status_code)
+            size = len(body)
+        first, rest = times[0], times[1:]
+        print(
+            f"{label:<52}{first:>9.0f}{statistics.median(rest):>9.0f}"
+            f"{percentile(rest, 0.95):>9.0f}{size / 1024:>8.0f}"
+        )
+    print("targets: every page p95 <= 300 ms on SQLite (<= 150 ms on PostgreSQL) at 1M runs\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="50,200", help="concurrent run counts")
-    parser.add_argument("--sections", default="concurrency", help="concurrency")
+    parser.add_argument(
+        "--sections", default="concurrency,pages", help="concurrency,pages (comma-separated)"
+    )
+    parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
+    parser.add_argument("--repeats", type=int, default=10, help="requests per page")
+    parser.add_argument(
+        "--db", default="", help="a SQLite file to keep (seeded once, reused by later runs)"
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
-        setup_django(var_dir)
+        setup_django(var_dir, args.db)
         print(
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, SQLite WAL in {var_dir}, DEBUG off\n"
         )
+        if "pages" in sections:
+            section_pages(args.seed, args.repeats)
         if "concurrency" in sections:
             section_concurrency([int(n) for n in args.runs.split(",")])
     return 0
