@@ -252,11 +252,94 @@ def section_pages(count: int, repeats: int) -> None:
     print("targets: every page p95 <= 300 ms on SQLite (<= 150 ms on PostgreSQL) at 1M runs\n")
 
 
+def section_events(var_dir: str, runs: int) -> None:
+    """Event commit (RunEvent.at) to a websocket client's receipt, through `manage.py serve`."""
+    import re
+    import socket
+    import subprocess
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from websockets.sync.client import connect
+
+    from plans.models import RunEvent
+    from plans.services.runs import run_create, run_start
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "AGENTSITE_OFFLINE_LATENCY_MS": "200", "PYTHONUNBUFFERED": "1"}
+    log = open(Path(var_dir, "serve.log"), "w")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--no-demo-users"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "serving on" not in Path(var_dir, "serve.log").read_text():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("serve did not start: " + Path(var_dir, "serve.log").read_text())
+            time.sleep(0.1)
+        user = get_user_model().objects.filter(username="load-operator").first()
+        if user is None:
+            user = get_user_model().objects.create_superuser("load-operator")
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        seq_re = re.compile(r'data-seq="(\d+)"')
+        latencies: list[float] = []
+        for _ in range(runs):
+            steps = diamond(lambda: 20.0)
+            run = run_create(author=user, goal_text="event latency", plan_data={"steps": steps})
+            received: dict[int, float] = {}
+            with connect(
+                f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?after=0",
+                origin=f"http://127.0.0.1:{port}",
+                additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
+                proxy=None,
+                open_timeout=10,
+            ) as ws:
+                connected = time.time()
+                run_start(run)
+                finished = time.monotonic() + 30
+                while time.monotonic() < finished:
+                    try:
+                        html = ws.recv(timeout=0.5)
+                    except TimeoutError:
+                        if RunEvent.objects.filter(run=run, kind="run_finished").exists():
+                            break
+                        continue
+                    now = time.time()
+                    for seq in seq_re.findall(str(html)):
+                        received.setdefault(int(seq), now)
+            for event in RunEvent.objects.filter(run=run):
+                at = event.at.timestamp()
+                if event.seq in received and at > connected:
+                    latencies.append((received[event.seq] - at) * 1000)
+        if not latencies:
+            raise RuntimeError("no event reached the socket")
+        print(
+            f"event commit -> websocket receipt, embedded default (`serve`: SQLite, in-memory "
+            f"layer, 2 worker slots), {runs} runs, {len(latencies)} events: "
+            f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms,"
+            f" max {max(latencies):.0f} ms (target p95 <= 50 ms)\n"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="50,200", help="concurrent run counts")
     parser.add_argument(
-        "--sections", default="concurrency,pages", help="concurrency,pages (comma-separated)"
+        "--sections",
+        default="events,concurrency,pages",
+        help="events,concurrency,pages (comma-separated)",
     )
     parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
     parser.add_argument("--repeats", type=int, default=10, help="requests per page")
@@ -273,6 +356,8 @@ def main() -> int:
         )
         if "pages" in sections:
             section_pages(args.seed, args.repeats)
+        if "events" in sections:
+            section_events(var_dir, 10)
         if "concurrency" in sections:
             section_concurrency([int(n) for n in args.runs.split(",")])
     return 0
