@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -128,9 +130,48 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
 EXPORT_FORMAT = "agentsite.run-export/1"
 
 
+class Streamed(list[Any]):
+    """Rows read as they are encoded: to json's encoder (with an indent, its Python one) a
+    list, whose items come from a database cursor a chunk at a time, not loaded first."""
+
+    def __init__(self, rows: Callable[[], Iterator[Any]]) -> None:
+        super().__init__()
+        self._rows = rows
+        self._started: Iterator[Any] | None = None
+
+    def __bool__(self) -> bool:
+        # The encoder asks first (an empty list is written apart): read the first row to know.
+        rows = self._rows()
+        try:
+            first = next(rows)
+        except StopIteration:
+            return False
+        self._started = itertools.chain([first], rows)
+        return True
+
+    def __iter__(self) -> Iterator[Any]:
+        started, self._started = self._started, None
+        return started if started is not None else self._rows()
+
+
 def run_export_data(*, run: Run) -> dict[str, Any]:
-    """The whole run as JSON-ready data: run, goal, plans and steps, and every record."""
-    records = run_records_get(run=run)
+    """The whole run as JSON-ready data: run, goal, plans and steps, and every record.
+
+    The tool calls and the event log (most of a big run) are Streamed: read while encoded.
+    """
+    plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
+    records = RunRecords(
+        run=run,
+        versions=[PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans],
+        approvals=list(
+            run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
+        ),
+        model_calls=list(run.model_calls.order_by("created_at", "pk")),
+        tool_calls=[],
+        events=[],
+    )
+    tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    events = run.events.order_by("seq")
     goal = run.goal
     version_of = {version.plan.pk: version.plan.version for version in records.versions}
     return {
@@ -243,34 +284,38 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             }
             for call in records.model_calls
         ],
-        "tool_calls": [
-            {
-                "id": call.pk,
-                "plan_version": call.step.plan.version,
-                "step": call.step.step_id,
-                "tool": call.tool,
-                "attempt": call.attempt,
-                "args": call.args,
-                "result": call.result,
-                "error": call.error,
-                "idempotency_key": call.idempotency_key,
-                "started_at": call.started_at,
-                "duration_ms": call.duration_ms,
-                "late_result": call.late_result,
-                "late_error": call.late_error,
-                "late_arrived_at": call.late_arrived_at,
-            }
-            for call in records.tool_calls
-        ],
-        "events": [
-            {
-                "seq": event.seq,
-                "kind": event.kind,
-                "payload": event.payload,
-                "at": event.at,
-                "prev_hash": event.prev_hash,
-                "hash": event.hash,
-            }
-            for event in records.events
-        ],
+        "tool_calls": Streamed(
+            lambda: (
+                {
+                    "id": call.pk,
+                    "plan_version": call.step.plan.version,
+                    "step": call.step.step_id,
+                    "tool": call.tool,
+                    "attempt": call.attempt,
+                    "args": call.args,
+                    "result": call.result,
+                    "error": call.error,
+                    "idempotency_key": call.idempotency_key,
+                    "started_at": call.started_at,
+                    "duration_ms": call.duration_ms,
+                    "late_result": call.late_result,
+                    "late_error": call.late_error,
+                    "late_arrived_at": call.late_arrived_at,
+                }
+                for call in tool_calls.iterator(chunk_size=500)
+            )
+        ),
+        "events": Streamed(
+            lambda: (
+                {
+                    "seq": event.seq,
+                    "kind": event.kind,
+                    "payload": event.payload,
+                    "at": event.at,
+                    "prev_hash": event.prev_hash,
+                    "hash": event.hash,
+                }
+                for event in events.iterator(chunk_size=1000)
+            )
+        ),
     }
