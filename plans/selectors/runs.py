@@ -95,8 +95,8 @@ def runs_matching(*, viewer: User | AnonymousUser, filters: RunFilters) -> Query
 
 # --- keyset (cursor) pages ---------------------------------------------------------------------
 
-# How far the runs list counts before it says "10,000+": counting every match is a scan.
-RUNS_COUNT_CAP = 10_000
+# How far the runs list counts before it says "1,000+": counting every match is a scan.
+RUNS_COUNT_CAP = 1_000
 
 
 @dataclass(frozen=True)
