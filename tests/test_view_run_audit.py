@@ -444,3 +444,21 @@ def test_a_replan_marks_each_step_as_added_removed_changed_or_unchanged_and_reus
     assert "&quot;AirPods 4&quot;" in changed and "&quot;AirPods Pro&quot;" in changed
     assert "<del" in changed and "<ins" in changed
     assert "plan-diff-1" not in audit_page(client, run)  # the first version has nothing to compare
+
+
+def test_the_event_log_is_shown_a_page_at_a_time(client, author, monkeypatch):
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_EVENTS_PAGE", 5)
+    run = finished_run(author)
+    assert run.last_seq > 10
+    client.force_login(author)
+    url = reverse("plans:run_audit", args=[run.pk])
+
+    first = client.get(url).content.decode()
+    second = client.get(url, {"events_after": 5}).content.decode()
+
+    assert re.findall(r'<tr id="event-(\d+)">', first) == ["1", "2", "3", "4", "5"]
+    assert re.findall(r'<tr id="event-(\d+)">', second) == ["6", "7", "8", "9", "10"]
+    assert f"{run.last_seq} events, 5 shown from seq 1" in first
+    assert 'href="?events_after=5#events-heading" rel="next"' in first
+    assert 'href="?events_after=0#events-heading" rel="prev"' in second
+    assert "hash chain intact" in first  # checked over the whole log, not the page

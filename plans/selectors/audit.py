@@ -40,14 +40,27 @@ class RunRecords:
     events: list[RunEvent]
 
 
+# Events the audit page shows at a time: a 500-step run has thousands.
+AUDIT_EVENTS_PAGE = 200
+
+
 @dataclass
 class RunAudit(RunRecords):
     timeline_svg: SafeString | None = None
     chain_problems: list[str] = field(default_factory=list)
+    events_total: int = 0
+    # The events shown are those after seq events_after; the neighbouring pages' starts.
+    events_after: int = 0
+    events_next_after: int | None = None
+    events_previous_after: int | None = None
 
 
-def run_records_get(*, run: Run) -> RunRecords:
-    """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries)."""
+def run_records_get(
+    *, run: Run, events_after: int = 0, events_limit: int | None = None
+) -> RunRecords:
+    """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries):
+    every event, or `events_limit` of them after seq `events_after`."""
+    events = run.events.filter(seq__gt=events_after).order_by("seq")
     plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
     return RunRecords(
         run=run,
@@ -57,15 +70,31 @@ def run_records_get(*, run: Run) -> RunRecords:
         ),
         model_calls=list(run.model_calls.order_by("created_at", "pk")),
         tool_calls=list(run.tool_calls.select_related("step__plan").order_by("started_at", "pk")),
-        events=list(run.events.order_by("seq")),
+        events=list(events if events_limit is None else events[:events_limit]),
     )
 
 
-def run_audit_get(*, run: Run, now: datetime | None = None) -> RunAudit:
-    """The run's records, its step timeline drawn as SVG, and a check of its event hash chain."""
-    records = run_records_get(run=run)
+def run_audit_get(
+    *,
+    run: Run,
+    now: datetime | None = None,
+    events_after: int = 0,
+    events_page: int | None = None,
+) -> RunAudit:
+    """The run's records with a page of its event log, its step timeline drawn as SVG, and a
+    check of its whole event hash chain."""
+    events_page = events_page or AUDIT_EVENTS_PAGE
+    records = run_records_get(run=run, events_after=events_after, events_limit=events_page)
     spans = run_timeline(records, now=now or timezone.now())
-    audit = RunAudit(**vars(records), chain_problems=chain_problems(run))
+    last_shown = records.events[-1].seq if records.events else events_after
+    audit = RunAudit(
+        **vars(records),
+        chain_problems=chain_problems(run),
+        events_total=run.last_seq,
+        events_after=events_after,
+        events_next_after=last_shown if last_shown < run.last_seq else None,
+        events_previous_after=max(0, events_after - events_page) if events_after else None,
+    )
     _compare_versions(records)
     if spans:
         # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
@@ -77,8 +106,13 @@ def run_audit_get(*, run: Run, now: datetime | None = None) -> RunAudit:
 
 def _compare_versions(records: RunRecords) -> None:
     """Give every version after the first a diff against its parent (else the one before it)."""
+    if len(records.versions) < 2:
+        return
     by_pk = {version.plan.pk: version for version in records.versions}
-    reused = reused_results(records.events)
+    # Read apart: the records may hold one page of the event log only.
+    reused = reused_results(
+        records.run.events.filter(kind__in=("plan_created", "step_finished")).order_by("seq")
+    )
     for previous, version in zip(records.versions, records.versions[1:], strict=False):
         parent = version.plan.parent_id
         base = by_pk.get(parent, previous) if parent is not None else previous

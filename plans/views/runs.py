@@ -136,7 +136,10 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
 @require_GET
 def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
-    audit = run_audit_get(run=run)
+    # The event log a page at a time (?events_after=seq): a 500-step run has thousands.
+    audit = run_audit_get(
+        run=run, events_after=whole_number(request.GET.get("events_after", "")) or 0
+    )
     return render(
         request,
         "plans/run_audit.html",
