@@ -200,6 +200,11 @@ class WorkerGroup:
 _local = threading.local()
 
 
+def waiting_group() -> WorkerGroup | None:
+    """The group whose compute slot this thread holds (None: not a worker's thread)."""
+    return getattr(_local, "group", None)
+
+
 @contextmanager
 def waiting() -> Iterator[None]:
     """Around a wait (a model call, tool calls): this thread's compute slot serves others.
