@@ -332,7 +332,8 @@ class RunAdvancer:
             self.recorder.event("budget_exhausted", purpose=request.purpose, message=problem)
             self.finish(Run.Status.BUDGET_EXHAUSTED)
             return None
-        limited = rate_limit_wait()
+        with waiting():  # a wait for the shared model-call rate holds no worker slot either
+            limited = rate_limit_wait()
         if limited:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
             self._fail(f"model call for {request.purpose} not made: {limited}")
