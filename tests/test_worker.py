@@ -351,3 +351,20 @@ def test_a_run_waiting_on_its_model_call_gives_its_worker_slot_to_another_run(
     finally:
         release.set()
         settings_patch.undo()
+
+
+def test_spare_threads_leave_once_idle_and_the_kept_worker_stays(author, workers, monkeypatch):
+    monkeypatch.setattr(worker_module, "SPARE_IDLE_EXIT_S", 0.05)
+    monkeypatch.setattr(worker_module, "IDLE_POLL_S", 0.05)
+    (only,) = workers(1)
+    held = create(author, [{"id": 1, "tool": "hold", "args": {"label": "a", "gate": "idle"}}])
+    quick = create(author, [{"id": 1, "tool": "echo", "args": {"text": "hi"}}])
+    run_start(held)
+    wait_until(lambda: Step.objects.filter(plan__run=held, status="running").exists())
+    run_start(quick)
+    wait_until(lambda: status_of(quick) == Run.Status.COMPLETED, what="the second run")
+    gate_open("idle")
+    wait_until(lambda: status_of(held) == Run.Status.COMPLETED, what="the first run")
+
+    wait_until(lambda: len(only.group.live()) == 1, what="the spares to leave")
+    assert only.thread.is_alive()
