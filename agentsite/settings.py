@@ -297,6 +297,12 @@ AGENTSITE_REQUIRE_PLAN_APPROVAL = env_bool("AGENTSITE_REQUIRE_PLAN_APPROVAL", Fa
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
 # Threads for tool calls in each process, shared by the runs it advances.
 AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))
+# Runs one worker process keeps in flight at most (each waiting one parks a thread, not one of
+# its worker slots: see plans.runtime.worker). Each run in flight holds a database connection
+# (and its recorder another): on PostgreSQL keep this under max_connections / 2 per process.
+# The offline model's latency per call (0: none), to measure concurrency as with a real model.
+AGENTSITE_OFFLINE_LATENCY_MS = float(os.environ.get("AGENTSITE_OFFLINE_LATENCY_MS", "0"))
+AGENTSITE_MAX_ACTIVE_RUNS = int(os.environ.get("AGENTSITE_MAX_ACTIVE_RUNS", "500"))
 AGENTSITE_RUN_BUDGET_USD = float(os.environ.get("AGENTSITE_RUN_BUDGET_USD", "0.50"))
 AGENTSITE_RUN_BUDGET_TOKENS = int(os.environ.get("AGENTSITE_RUN_BUDGET_TOKENS", "200000"))
 # Each author's model spend per UTC day (0: no cap), and the model-call rate shared by all.

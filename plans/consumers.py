@@ -24,7 +24,12 @@ from plans.models import RunEvent
 from plans.runtime.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.selectors.approvals import pending_approvals_count
 from plans.selectors.runs import run_visible_get
-from plans.views.goals import answer_delta_fragment, live_fragment
+from plans.views.goals import (
+    answer_delta_fragment,
+    graph_fragment,
+    live_fragment,
+    live_fragment_needs_graph,
+)
 from plans.views.params import MAX_ID, whole_number
 
 # Close codes the htmx ws extension does not retry (it reconnects only on 1006/1011-1013).
@@ -159,9 +164,35 @@ class RunConsumer(SessionBound):
     async def _send_events(self, events: list[dict[str, Any]]) -> None:
         if not await self.still_signed_in():
             return
-        html = await database_sync_to_async(live_fragment)(self.run_id, events, self.scope["user"])
+        # Off the one shared sync thread (thread_sensitive=False): a push does not queue behind
+        # other sockets' work. The graph (a `dot` run, most of a push's time) follows apart.
+        html = await database_sync_to_async(live_fragment, thread_sensitive=False)(
+            self.run_id, events, self.scope["user"], graph=False
+        )
         self.last_sent = max(self.last_sent, events[-1]["seq"])
         await self.send(text_data=html)
+        if live_fragment_needs_graph(events):
+            self._graph_due()
+
+    graph_task: asyncio.Task[None] | None = None
+    graph_again = False
+
+    def _graph_due(self) -> None:
+        """Redraw the graph once now, and once more after if steps change meanwhile: one
+        drawing at a time per socket, the latest state last."""
+        if self.graph_task is not None and not self.graph_task.done():
+            self.graph_again = True
+            return
+        self.graph_task = asyncio.ensure_future(self._send_graph())
+
+    async def _send_graph(self) -> None:
+        while True:
+            self.graph_again = False
+            html = await database_sync_to_async(graph_fragment, thread_sensitive=False)(self.run_id)
+            if html and not self.signed_out:
+                await self.send(text_data=html)
+            if not self.graph_again:
+                return
 
 
 class PendingApprovalsConsumer(SessionBound):

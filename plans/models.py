@@ -121,8 +121,15 @@ class Run(models.Model):
     # Denormalised for the runs list: filter by tool without a join per row.
     tools_used = models.JSONField(default=list, blank=True)
     # An eval run: kept for audit and linked from the evals page, hidden from the runs list.
+    # Indexed for eval runs only (run_experiment_idx): an index holding every other run's NULL
+    # would lure the runs list's "not an eval run" filter away from the index of its order.
     experiment = models.ForeignKey(
-        "Experiment", null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+        "Experiment",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="runs",
+        db_index=False,
     )
 
     # Event seq allocation, the head of the event hash chain, and the single-writer lease.
@@ -148,6 +155,26 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["cost_usd"]),
             models.Index(fields=["lease_expires_at"], name="run_lease_idx"),
+            models.Index(
+                fields=["experiment"],
+                name="run_experiment_idx",
+                condition=models.Q(experiment__isnull=False),
+            ),
+            # The runs list (eval runs left out): one index per sort, alone and after a status,
+            # so that every page is a range read in order (plans.selectors.runs.runs_page).
+            *(
+                models.Index(
+                    fields=[*lead, column, "id"],
+                    name=f"run_list_{'status_' if lead else ''}{name}_idx",
+                    condition=models.Q(experiment__isnull=True),
+                )
+                for lead in ([], ["status"])
+                for column, name in (
+                    ("created_at", "date"),
+                    ("cost_usd", "cost"),
+                    ("duration_ms", "duration"),
+                )
+            ),
         ]
         permissions = [
             ("view_all_runs", "Can see every author's runs"),

@@ -264,3 +264,38 @@ def test_the_health_page_shows_each_tools_circuit_breaker_state(client, operator
 
     assert "flight_price" in page and "breaker-open" in page
     assert "<script>alert(1)</script>" not in page
+
+
+def test_a_stale_report_is_served_at_once_while_a_thread_recomputes_it(
+    client, author, operator, monkeypatch
+):
+    import dataclasses
+    import threading
+
+    from plans.views import costs as costs_view
+
+    model_call(make_run(author), cost="0.25")
+    client.force_login(operator)
+    costs_page(client)
+    (key,) = [k for k in ("cost-report:7", "cost-report:30") if cache.get(k) is not None]
+    old = dataclasses.replace(cache.get(key), generated_at=timezone.now() - timedelta(minutes=5))
+    cache.set(key, old, None)
+    asked, release = threading.Event(), threading.Event()
+    fresh = dataclasses.replace(old, generated_at=timezone.now())
+
+    def slow_report(*, days):
+        asked.set()
+        assert release.wait(10)
+        return fresh
+
+    monkeypatch.setattr(costs_view, "cost_report", slow_report)
+
+    page = costs_page(client)  # not held up by the recomputation
+
+    assert old.generated_at.strftime("%H:%M:%S") in page
+    assert asked.wait(10)
+    release.set()
+    deadline = timezone.now() + timedelta(seconds=10)
+    while cache.get(key).generated_at != fresh.generated_at:
+        assert timezone.now() < deadline, "the report was not refreshed"
+        threading.Event().wait(0.01)

@@ -465,3 +465,25 @@ def test_only_steps_of_the_named_round_are_decided(client, author, reviewer):
 
     refund_approval.refresh_from_db()
     assert refund_approval.decision == Approval.Decision.PENDING
+
+
+def test_the_inbox_shows_the_newest_runs_whole_and_the_rest_on_demand(
+    client, author, reviewer, monkeypatch
+):
+    monkeypatch.setattr("plans.views.approvals.INBOX_RUNS", 2)
+    runs = [parked_run(author, goal) for goal in (REFUND_GOAL, TRIP_GOAL, REFUND_GOAL)]
+    client.force_login(reviewer)
+
+    first = client.get(reverse("plans:inbox")).content.decode()
+    more = client.get(reverse("plans:inbox"), {"runs": 4}).content.decode()
+
+    shown = [run for run in runs if f'id="group-{run.pk}-' in first]
+    assert shown == runs[1:]  # the two that asked last, each with all its requests
+    waiting = Approval.objects.filter(decision="pending").count()
+    assert f"The newest 2 of 3 runs waiting ({waiting} steps in all)" in first
+    assert 'href="/approvals/?runs=4"' in first
+    assert all(f'id="group-{run.pk}-' in more for run in runs)
+    assert "Show more" not in more
+    trip = runs[1]
+    trip_requests = Approval.objects.filter(run=trip).values_list("pk", flat=True)
+    assert all(f'value="{pk}"' in first for pk in trip_requests)

@@ -229,7 +229,8 @@ def test_a_reviewers_decision_on_the_whole_plan_is_shown_and_exported(client, au
     client.force_login(author)
 
     plans = section(audit_page(client, run), "plans-heading")
-    exported = client.get(reverse("plans:run_export", args=[run.pk])).json()["plans"][0]
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    exported = json.loads(b"".join(response.streaming_content))["plans"][0]
 
     assert "plan rejected" in plans and "by bob" in plans and "too costly" in plans
     assert exported["decision"] == "rejected" and exported["decided_by"] == "bob"
@@ -294,7 +295,8 @@ def test_the_export_is_a_json_attachment_with_the_whole_run(client, author, revi
 
     assert response["Content-Type"] == "application/json; charset=utf-8"
     assert response["Content-Disposition"] == f'attachment; filename="run-{run.pk}.json"'
-    data = json.loads(response.content)
+    assert response.streaming  # read from the database as it is sent
+    data = json.loads(b"".join(response.streaming_content))
     assert set(data) >= {"run", "goal", "plans", "approvals", "model_calls", "tool_calls", "events"}
     assert data["run"]["status"] == "blocked" and data["goal"]["author"] == "alice"
     assert [s["tool"] for s in data["plans"][0]["steps"]] == [
@@ -321,7 +323,7 @@ def test_hostile_text_in_the_export_is_exact_data_that_cannot_open_a_tag(
 
     response = client.get(reverse("plans:run_export", args=[hostile_run.pk]))
 
-    raw = response.content.decode()
+    raw = b"".join(response.streaming_content).decode()
     assert "<" not in raw and ">" not in raw
     assert response["X-Content-Type-Options"] == "nosniff"
     data = json.loads(raw)
@@ -442,3 +444,21 @@ def test_a_replan_marks_each_step_as_added_removed_changed_or_unchanged_and_reus
     assert "&quot;AirPods 4&quot;" in changed and "&quot;AirPods Pro&quot;" in changed
     assert "<del" in changed and "<ins" in changed
     assert "plan-diff-1" not in audit_page(client, run)  # the first version has nothing to compare
+
+
+def test_the_event_log_is_shown_a_page_at_a_time(client, author, monkeypatch):
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_EVENTS_PAGE", 5)
+    run = finished_run(author)
+    assert run.last_seq > 10
+    client.force_login(author)
+    url = reverse("plans:run_audit", args=[run.pk])
+
+    first = client.get(url).content.decode()
+    second = client.get(url, {"events_after": 5}).content.decode()
+
+    assert re.findall(r'<tr id="event-(\d+)">', first) == ["1", "2", "3", "4", "5"]
+    assert re.findall(r'<tr id="event-(\d+)">', second) == ["6", "7", "8", "9", "10"]
+    assert f"{run.last_seq} events, 5 shown from seq 1" in first
+    assert 'href="?events_after=5#events-heading" rel="next"' in first
+    assert 'href="?events_after=0#events-heading" rel="prev"' in second
+    assert "hash chain intact" in first  # checked over the whole log, not the page

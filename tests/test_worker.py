@@ -301,3 +301,70 @@ def test_serving_processes_freeze_startup_objects_and_collect_young_ones_less_of
 def test_the_worker_command_refuses_bad_options_naming_them(args, refusal):
     with pytest.raises(CommandError, match=refusal):
         call_command("run_worker", *args)
+
+
+def test_a_run_waiting_on_its_tools_gives_its_worker_slot_to_another_run(author, workers):
+    (only,) = workers(1)  # one compute slot
+    waiting = create(author, [{"id": 1, "tool": "hold", "args": {"label": "a", "gate": "slow"}}])
+    quick = create(author, [{"id": 1, "tool": "echo", "args": {"text": "hi"}}])
+
+    run_start(waiting)
+    wait_until(lambda: Step.objects.filter(plan__run=waiting, status="running").exists())
+    run_start(quick)
+
+    wait_until(lambda: status_of(quick) == Run.Status.COMPLETED, what="the second run")
+    assert status_of(waiting) == Run.Status.RUNNING
+    assert len(only.group.live()) >= 2  # a spare thread claimed the second run
+    gate_open("slow")
+    wait_until(lambda: status_of(waiting) == Run.Status.COMPLETED, what="the first run")
+
+
+def test_a_run_waiting_on_its_model_call_gives_its_worker_slot_to_another_run(
+    author, workers, settings
+):
+    from plans.llm import offline
+
+    settings.AGENTSITE_OFFLINE_LATENCY_MS = 0
+    entered, release = threading.Event(), threading.Event()
+    reply = offline.OfflineModel._reply
+
+    def slow_for_the_first(self, request):
+        if request.metadata.get("goal") == "slow answer":
+            entered.set()
+            assert release.wait(30)
+        return reply(self, request)
+
+    settings_patch = pytest.MonkeyPatch()
+    settings_patch.setattr(offline.OfflineModel, "_reply", slow_for_the_first)
+    try:
+        workers(1)
+        slow = create(author, [{"id": 1, "tool": "echo", "args": {"text": "a"}}], "slow answer")
+        quick = create(author, [{"id": 1, "tool": "echo", "args": {"text": "b"}}])
+        run_start(slow)
+        assert entered.wait(30)
+        run_start(quick)
+
+        wait_until(lambda: status_of(quick) == Run.Status.COMPLETED, what="the second run")
+        assert status_of(slow) == Run.Status.RUNNING
+        release.set()
+        wait_until(lambda: status_of(slow) == Run.Status.COMPLETED, what="the first run")
+    finally:
+        release.set()
+        settings_patch.undo()
+
+
+def test_spare_threads_leave_once_idle_and_the_kept_worker_stays(author, workers, monkeypatch):
+    monkeypatch.setattr(worker_module, "SPARE_IDLE_EXIT_S", 0.05)
+    monkeypatch.setattr(worker_module, "IDLE_POLL_S", 0.05)
+    (only,) = workers(1)
+    held = create(author, [{"id": 1, "tool": "hold", "args": {"label": "a", "gate": "idle"}}])
+    quick = create(author, [{"id": 1, "tool": "echo", "args": {"text": "hi"}}])
+    run_start(held)
+    wait_until(lambda: Step.objects.filter(plan__run=held, status="running").exists())
+    run_start(quick)
+    wait_until(lambda: status_of(quick) == Run.Status.COMPLETED, what="the second run")
+    gate_open("idle")
+    wait_until(lambda: status_of(held) == Run.Status.COMPLETED, what="the first run")
+
+    wait_until(lambda: len(only.group.live()) == 1, what="the spares to leave")
+    assert only.thread.is_alive()

@@ -34,7 +34,7 @@ def get_model() -> ChatModel:
     """The model settings.AGENTSITE_MODEL_BACKEND names: "anthropic" or "offline"."""
     backend = settings.AGENTSITE_MODEL_BACKEND
     if backend == "offline":
-        return OfflineModel()
+        return OfflineModel(latency_ms=settings.AGENTSITE_OFFLINE_LATENCY_MS)
     if backend == "anthropic":
         if not settings.ANTHROPIC_API_KEY:
             raise ImproperlyConfigured(

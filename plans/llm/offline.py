@@ -43,10 +43,16 @@ class OfflineModel:
 
     name = OFFLINE_MODEL_NAME
 
+    def __init__(self, *, latency_ms: float = 0) -> None:
+        # A real model's latency, to measure concurrency honestly (AGENTSITE_OFFLINE_LATENCY_MS).
+        self.latency_ms = latency_ms
+
     def complete(
         self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
     ) -> Completion:
         started = time.perf_counter()
+        if self.latency_ms > 0:
+            time.sleep(self.latency_ms / 1000)
         text = self._reply(request)
         if on_text is not None:
             for chunk in _CHUNKS.split(text):

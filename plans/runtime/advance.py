@@ -35,6 +35,7 @@ from plans.runtime.events import LeaseLost, append_events, publish_text
 from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.runtime.recorder import RunRecorder
 from plans.runtime.steps import StepsExecution, error_text
+from plans.runtime.worker import waiting
 from plans.services.plans import (
     plan_current,
     plan_from_planner,
@@ -334,7 +335,8 @@ class RunAdvancer:
             self.recorder.event("budget_exhausted", purpose=request.purpose, message=problem)
             self.finish(Run.Status.BUDGET_EXHAUSTED)
             return None
-        limited = rate_limit_wait()
+        with waiting():  # a wait for the shared model-call rate holds no worker slot either
+            limited = rate_limit_wait()
         if limited:
             self.recorder.event("rate_limited", purpose=request.purpose, message=limited)
             self._fail(f"model call for {request.purpose} not made: {limited}")
@@ -345,7 +347,8 @@ class RunAdvancer:
         started = time.perf_counter()
         billed = None
         try:
-            completion = get_model().complete(request, on_text=on_text)
+            with waiting():  # the call's latency holds no worker slot
+                completion = get_model().complete(request, on_text=on_text)
         except ModelError as exc:
             message = storable(str(exc))  # may quote the provider's reply
             billed = exc.usage

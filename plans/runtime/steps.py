@@ -48,6 +48,7 @@ from plans.runtime.gate import (
 )
 from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
+from plans.runtime.worker import waiting, waiting_group
 from plans.services.plans import (
     declined_calls,
     plan_to_engine,
@@ -629,7 +630,14 @@ class StepsExecution:
     def _next_completed(self) -> list[Call]:
         """Wait for at least one finished call (or the next timer), then take all finished."""
         try:
-            done = [self.completed.get(timeout=self._wait_timeout())]
+            if waiting_group() is None:  # not on a worker (a test, a benchmark): just wait
+                done = [self.completed.get(timeout=self._wait_timeout())]
+            else:
+                try:
+                    done = [self.completed.get_nowait()]
+                except queue.Empty:
+                    with waiting():  # tool calls out: this run's worker slot serves others
+                        done = [self.completed.get(timeout=self._wait_timeout())]
         except queue.Empty:
             return []
         while True:

@@ -3,6 +3,15 @@
 An idle worker sleeps until it is woken: at once by an enqueue in its own process, through
 PostgreSQL LISTEN/NOTIFY by an enqueue in any other process, and every IDLE_POLL_S regardless
 (the fallback for SQLite across processes and for a notification missed while reconnecting).
+
+Waiting holds no worker: a process's worker count is a number of compute slots (runs that may
+advance at once), not of runs in progress. A run that waits on a model call or on its tool
+calls gives its slot back for the wait (``waiting()``), and if no thread of the group is left
+to claim the next task, a spare worker thread is started to claim it with that slot. So a
+process at its default (2 slots) keeps hundreds of runs in flight: each one waiting costs a
+parked thread (no CPU, a small stack) rather than a slot, and at most 2 compute at once, which
+under the GIL is what a process can use anyway. The wait returns the slot to the run first:
+runs that come back from a wait take free slots before new runs are claimed.
 """
 
 from __future__ import annotations
@@ -12,9 +21,12 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, router
 from django.db.utils import OperationalError
 from django_tasks_db.management.commands.db_worker import Worker
@@ -27,6 +39,11 @@ logger = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0
 # The PostgreSQL channel an enqueue notifies (see plans.runtime.tasks.announce_enqueued).
 TASKS_CHANNEL = "agentsite_tasks"
+# A spare worker thread (one started for a run that went waiting) with nothing to claim for
+# this long leaves, as long as another thread of its group is left to claim. Short: after a
+# burst of hundreds of runs, every idle spare would otherwise look for work (a write
+# transaction on SQLite) each IDLE_POLL_S.
+SPARE_IDLE_EXIT_S = 2.0
 
 
 def gc_tune_for_serving() -> None:
@@ -70,11 +87,153 @@ def worker_id_prefix() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+class ComputeSlots:
+    """How many of a group's runs may advance at once; runs back from a wait are served first."""
+
+    def __init__(self, size: int) -> None:
+        self._lock = threading.Lock()
+        self._returners = threading.Condition(self._lock)
+        self._claimers = threading.Condition(self._lock)
+        self._free = size
+        self._returning = 0  # runs back from a wait, waiting for a slot
+
+    def free(self) -> int:
+        with self._lock:
+            return self._free
+
+    def acquire_to_claim(self, timeout: float) -> bool:
+        """A slot to claim a new task with; False after the timeout (or while runs wait)."""
+        with self._claimers:
+            ready = self._claimers.wait_for(lambda: self._free > 0 and not self._returning, timeout)
+            if ready:
+                self._free -= 1
+            return ready
+
+    def acquire_to_return(self) -> None:
+        """A slot for a run back from a wait: before any new claim."""
+        with self._returners:
+            self._returning += 1
+            try:
+                self._returners.wait_for(lambda: self._free > 0)
+            finally:
+                self._returning -= 1
+            self._free -= 1
+            if self._free and not self._returning:
+                self._claimers.notify()
+
+    def release(self) -> None:
+        with self._lock:
+            self._free += 1
+            if self._returning:
+                self._returners.notify()
+            else:
+                self._claimers.notify()
+
+
+class WorkerGroup:
+    """Worker threads sharing compute slots: `size` kept, and spares while runs wait.
+
+    Invariant: whenever a run gives its slot up for a wait, some thread of the group is (or is
+    started to be) looking for the next task, up to `max_threads` threads in all.
+    """
+
+    def __init__(self, size: int, *, prefix: str, max_threads: int | None = None) -> None:
+        self.slots = ComputeSlots(size)
+        self.prefix = prefix
+        self.max_threads = max(size, max_threads or settings.AGENTSITE_MAX_ACTIVE_RUNS)
+        self._lock = threading.Lock()
+        self.claiming = 0  # threads not running a task (looking for one, or asleep)
+        self.workers: list[RunWorker] = []
+        self.stopping = False
+
+    def start(self, *, spare: bool = False) -> RunWorker:
+        """A new worker thread of the group (counted as live and claiming by the caller)."""
+        with self._lock:
+            worker = RunWorker(worker_id=f"{self.prefix}-{len(self.workers)}", group=self)
+            worker.spare = spare
+            self.workers.append(worker)
+            if not spare:
+                self.claiming += 1
+        worker.thread = threading.Thread(target=worker.run, name=worker.worker_id, daemon=True)
+        worker.thread.start()
+        return worker
+
+    def live(self) -> list[RunWorker]:
+        with self._lock:
+            return [w for w in self.workers if w.thread is not None and w.thread.is_alive()]
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def wait_started(self) -> None:
+        self.slots.release()
+        with self._lock:
+            spawn = (
+                not self.claiming
+                and not self.stopping
+                and sum(w.thread is not None and w.thread.is_alive() for w in self.workers)
+                < self.max_threads
+            )
+            if spawn:
+                self.claiming += 1
+        if spawn:
+            self.start(spare=True)
+
+    def wait_ended(self) -> None:
+        self.slots.acquire_to_return()
+
+    def task_started(self) -> None:
+        with self._lock:
+            self.claiming -= 1
+
+    def task_ended(self) -> None:
+        with self._lock:
+            self.claiming += 1
+
+    def may_leave(self) -> bool:
+        """A spare with nothing to do leaves if another thread of the group is left to claim."""
+        with self._lock:
+            if self.claiming > 1 or self.stopping:
+                self.claiming -= 1
+                return True
+            return False
+
+
+_local = threading.local()
+
+
+def waiting_group() -> WorkerGroup | None:
+    """The group whose compute slot this thread holds (None: not a worker's thread)."""
+    return getattr(_local, "group", None)
+
+
+@contextmanager
+def waiting() -> Iterator[None]:
+    """Around a wait (a model call, tool calls): this thread's compute slot serves others.
+
+    Outside a worker of a group (a test or a benchmark calling advance_run) it does nothing.
+    """
+    group: WorkerGroup | None = getattr(_local, "group", None)
+    if group is None:
+        yield
+        return
+    group.wait_started()
+    try:
+        yield
+    finally:
+        group.wait_ended()
+
+
 class RunWorker(Worker):
     """django-tasks-db's worker, sleeping on the process's Waker instead of a fixed interval."""
 
     def __init__(
-        self, *, worker_id: str, backend_name: str = "default", interval: float | None = None
+        self,
+        *,
+        worker_id: str,
+        backend_name: str = "default",
+        interval: float | None = None,
+        group: WorkerGroup | None = None,
     ) -> None:
         super().__init__(
             queue_names=["default"],
@@ -88,36 +247,63 @@ class RunWorker(Worker):
         )
         self.current: DBTaskResult | None = None
         self.thread: threading.Thread | None = None
+        self.group = group or WorkerGroup(1, prefix=worker_id)
+        self.spare = False
 
     def stop(self) -> None:
-        """Take no new task; the one running (if any) carries on."""
+        """Take no new task (nor do the group's spares); the one running (if any) carries on."""
         self.running = False
+        self.group.stop()
         waker.wake_all()
 
     def run(self) -> None:
         logger.info("worker %s started", self.worker_id)
+        group, slots = self.group, self.group.slots
+        idle_since = time.monotonic()
         try:
-            while self.running:
+            while self.running and not (self.spare and group.stopping):
                 # Read before looking, so an enqueue that commits meanwhile cuts the sleep short.
                 seen = waker.generation
+                if not slots.acquire_to_claim(self.interval):
+                    continue
                 task_result = self._claim_or_none()
                 if task_result is None:
+                    slots.release()
+                    if (
+                        self.spare
+                        and time.monotonic() - idle_since > SPARE_IDLE_EXIT_S
+                        and group.may_leave()
+                    ):
+                        return
                     waker.wait(seen, self.interval)
                     continue
                 # Pass the baton: if more tasks are queued, another idle worker takes the next.
                 waker.wake()
-                self.current = task_result
-                try:
-                    self.run_task(task_result)
-                except Exception:
-                    # Recording the outcome failed (the database went away); the sweeper recovers.
-                    logger.exception("worker %s: task %s", self.worker_id, task_result.id)
-                    connections.close_all()
-                finally:
-                    self.current = None
+                self._run_holding_slot(task_result)
+                idle_since = time.monotonic()
+            if self.spare:
+                group.may_leave()
         finally:
             connections.close_all()
             logger.info("worker %s stopped", self.worker_id)
+
+    def _run_holding_slot(self, task_result: DBTaskResult) -> None:
+        """Run the task with this thread's compute slot, which it gives up while it waits."""
+        group = self.group
+        group.task_started()
+        self.current = task_result
+        _local.group = group
+        try:
+            self.run_task(task_result)
+        except Exception:
+            # Recording the outcome failed (the database went away); the sweeper recovers.
+            logger.exception("worker %s: task %s", self.worker_id, task_result.id)
+            connections.close_all()
+        finally:
+            _local.group = None
+            self.current = None
+            group.slots.release()
+            group.task_ended()
 
     def _claim_or_none(self) -> DBTaskResult | None:
         # The thread keeps its connection (whatever CONN_MAX_AGE says, which is about
@@ -216,14 +402,11 @@ def notifications_start() -> TaskNotifications | None:
 
 
 def start_worker_threads(
-    count: int, *, prefix: str | None = None, listen: bool = True
+    count: int, *, prefix: str | None = None, listen: bool = True, max_threads: int | None = None
 ) -> list[RunWorker]:
-    """Run `count` workers on daemon threads of this process, woken by enqueues anywhere."""
+    """Run `count` workers (compute slots) on daemon threads of this process, woken by enqueues
+    anywhere; spare threads join them while runs wait, up to max_threads in all."""
     if listen:
         notifications_start()
-    prefix = prefix or worker_id_prefix()
-    workers = [RunWorker(worker_id=f"{prefix}-{i}") for i in range(count)]
-    for worker in workers:
-        worker.thread = threading.Thread(target=worker.run, name=worker.worker_id, daemon=True)
-        worker.thread.start()
-    return workers
+    group = WorkerGroup(count, prefix=prefix or worker_id_prefix(), max_threads=max_threads)
+    return [group.start() for _ in range(count)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
@@ -36,3 +38,44 @@ def step_decisions(plan: Plan) -> dict[int, Approval]:
         .order_by("requested_at", "pk")
     )
     return {approval.step.step_id: approval for approval in approvals}
+
+
+# Runs whose requests the inbox shows at first; the rest come a page at a time on demand.
+INBOX_RUNS = 20
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    """The requests of the runs that asked most recently (whole runs), and what is left."""
+
+    approvals: list[Approval]
+    waiting: int  # requests waiting in all
+    runs_waiting: int  # runs they belong to
+    runs_shown: int
+
+    @property
+    def more(self) -> bool:
+        return self.runs_shown < self.runs_waiting
+
+
+def approvals_waiting_first(user: User | AnonymousUser, *, runs: int = INBOX_RUNS) -> InboxPage:
+    """Every waiting request of the `runs` runs that asked most recently, newest first.
+
+    Whole runs, so no decision group is cut in two; the rest are only counted, not loaded.
+    """
+    waiting = approvals_waiting(user)
+    newest: list[int] = []
+    # Newest requests first; a run asking for several steps repeats, so read a few per run.
+    for run_id in waiting.values_list("run_id", flat=True)[: runs * 8]:
+        if run_id not in newest:
+            newest.append(run_id)
+            if len(newest) == runs:
+                break
+    approvals = list(waiting.filter(run_id__in=newest)) if newest else []
+    counts = waiting.order_by().values("run_id").distinct().count()
+    return InboxPage(
+        approvals=approvals,
+        waiting=waiting.count(),
+        runs_waiting=counts,
+        runs_shown=len(newest),
+    )

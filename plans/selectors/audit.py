@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -41,14 +42,27 @@ class RunRecords:
     events: list[RunEvent]
 
 
+# Events the audit page shows at a time: a 500-step run has thousands.
+AUDIT_EVENTS_PAGE = 200
+
+
 @dataclass
 class RunAudit(RunRecords):
     timeline_svg: SafeString | None = None
     chain_problems: list[str] = field(default_factory=list)
+    events_total: int = 0
+    # The events shown are those after seq events_after; the neighbouring pages' starts.
+    events_after: int = 0
+    events_next_after: int | None = None
+    events_previous_after: int | None = None
 
 
-def run_records_get(*, run: Run) -> RunRecords:
-    """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries)."""
+def run_records_get(
+    *, run: Run, events_after: int = 0, events_limit: int | None = None
+) -> RunRecords:
+    """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries):
+    every event, or `events_limit` of them after seq `events_after`."""
+    events = run.events.filter(seq__gt=events_after).order_by("seq")
     plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
     return RunRecords(
         run=run,
@@ -58,15 +72,31 @@ def run_records_get(*, run: Run) -> RunRecords:
         ),
         model_calls=list(run.model_calls.order_by("created_at", "pk")),
         tool_calls=list(run.tool_calls.select_related("step__plan").order_by("started_at", "pk")),
-        events=list(run.events.order_by("seq")),
+        events=list(events if events_limit is None else events[:events_limit]),
     )
 
 
-def run_audit_get(*, run: Run, now: datetime | None = None) -> RunAudit:
-    """The run's records, its step timeline drawn as SVG, and a check of its event hash chain."""
-    records = run_records_get(run=run)
+def run_audit_get(
+    *,
+    run: Run,
+    now: datetime | None = None,
+    events_after: int = 0,
+    events_page: int | None = None,
+) -> RunAudit:
+    """The run's records with a page of its event log, its step timeline drawn as SVG, and a
+    check of its whole event hash chain."""
+    events_page = events_page or AUDIT_EVENTS_PAGE
+    records = run_records_get(run=run, events_after=events_after, events_limit=events_page)
     spans = run_timeline(records, now=now or timezone.now())
-    audit = RunAudit(**vars(records), chain_problems=chain_problems(run))
+    last_shown = records.events[-1].seq if records.events else events_after
+    audit = RunAudit(
+        **vars(records),
+        chain_problems=chain_problems(run),
+        events_total=run.last_seq,
+        events_after=events_after,
+        events_next_after=last_shown if last_shown < run.last_seq else None,
+        events_previous_after=max(0, events_after - events_page) if events_after else None,
+    )
     _compare_versions(records)
     if spans:
         # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
@@ -78,8 +108,13 @@ def run_audit_get(*, run: Run, now: datetime | None = None) -> RunAudit:
 
 def _compare_versions(records: RunRecords) -> None:
     """Give every version after the first a diff against its parent (else the one before it)."""
+    if len(records.versions) < 2:
+        return
     by_pk = {version.plan.pk: version for version in records.versions}
-    reused = reused_results(records.events)
+    # Read apart: the records may hold one page of the event log only.
+    reused = reused_results(
+        records.run.events.filter(kind__in=("plan_created", "step_finished")).order_by("seq")
+    )
     for previous, version in zip(records.versions, records.versions[1:], strict=False):
         parent = version.plan.parent_id
         base = by_pk.get(parent, previous) if parent is not None else previous
@@ -140,15 +175,75 @@ class _ExportEncoder(DjangoJSONEncoder):
         return super().default(o)
 
 
+def run_export_chunks(*, run: Run, size: int = 64 * 1024) -> Iterator[str]:
+    """The export as JSON text in pieces of about `size`, encoded as the rows are read.
+
+    No byte of it could open a tag were it sniffed as HTML.
+    """
+    chunks = _ExportEncoder(indent=2, ensure_ascii=False).iterencode(run_export_data(run=run))
+    buffer: list[str] = []
+    held = 0
+    for chunk in chunks:
+        buffer.append(chunk)
+        held += len(chunk)
+        if held >= size:
+            yield _unsniffable("".join(buffer))
+            buffer, held = [], 0
+    if buffer:
+        yield _unsniffable("".join(buffer))
+
+
 def run_export_json(*, run: Run) -> str:
-    """The export as JSON text, in which no byte could open a tag were it sniffed as HTML."""
-    text = json.dumps(run_export_data(run=run), cls=_ExportEncoder, indent=2, ensure_ascii=False)
+    """The whole export as one JSON text (for the API's response)."""
+    return "".join(run_export_chunks(run=run))
+
+
+def _unsniffable(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+class Streamed(list[Any]):
+    """Rows read as they are encoded: to json's encoder (with an indent, its Python one) a
+    list, whose items come from a database cursor a chunk at a time, not loaded first."""
+
+    def __init__(self, rows: Callable[[], Iterator[Any]]) -> None:
+        super().__init__()
+        self._rows = rows
+        self._started: Iterator[Any] | None = None
+
+    def __bool__(self) -> bool:
+        # The encoder asks first (an empty list is written apart): read the first row to know.
+        rows = self._rows()
+        try:
+            first = next(rows)
+        except StopIteration:
+            return False
+        self._started = itertools.chain([first], rows)
+        return True
+
+    def __iter__(self) -> Iterator[Any]:
+        started, self._started = self._started, None
+        return started if started is not None else self._rows()
+
+
 def run_export_data(*, run: Run) -> dict[str, Any]:
-    """The whole run as JSON-ready data: run, goal, plans and steps, and every record."""
-    records = run_records_get(run=run)
+    """The whole run as JSON-ready data: run, goal, plans and steps, and every record.
+
+    The tool calls and the event log (most of a big run) are Streamed: read while encoded.
+    """
+    plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
+    records = RunRecords(
+        run=run,
+        versions=[PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans],
+        approvals=list(
+            run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
+        ),
+        model_calls=list(run.model_calls.order_by("created_at", "pk")),
+        tool_calls=[],
+        events=[],
+    )
+    tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    events = run.events.order_by("seq")
     goal = run.goal
     version_of = {version.plan.pk: version.plan.version for version in records.versions}
     return {
@@ -261,34 +356,38 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             }
             for call in records.model_calls
         ],
-        "tool_calls": [
-            {
-                "id": call.pk,
-                "plan_version": call.step.plan.version,
-                "step": call.step.step_id,
-                "tool": call.tool,
-                "attempt": call.attempt,
-                "args": call.args,
-                "result": call.result,
-                "error": call.error,
-                "idempotency_key": call.idempotency_key,
-                "started_at": call.started_at,
-                "duration_ms": call.duration_ms,
-                "late_result": call.late_result,
-                "late_error": call.late_error,
-                "late_arrived_at": call.late_arrived_at,
-            }
-            for call in records.tool_calls
-        ],
-        "events": [
-            {
-                "seq": event.seq,
-                "kind": event.kind,
-                "payload": event.payload,
-                "at": event.at,
-                "prev_hash": event.prev_hash,
-                "hash": event.hash,
-            }
-            for event in records.events
-        ],
+        "tool_calls": Streamed(
+            lambda: (
+                {
+                    "id": call.pk,
+                    "plan_version": call.step.plan.version,
+                    "step": call.step.step_id,
+                    "tool": call.tool,
+                    "attempt": call.attempt,
+                    "args": call.args,
+                    "result": call.result,
+                    "error": call.error,
+                    "idempotency_key": call.idempotency_key,
+                    "started_at": call.started_at,
+                    "duration_ms": call.duration_ms,
+                    "late_result": call.late_result,
+                    "late_error": call.late_error,
+                    "late_arrived_at": call.late_arrived_at,
+                }
+                for call in tool_calls.iterator(chunk_size=500)
+            )
+        ),
+        "events": Streamed(
+            lambda: (
+                {
+                    "seq": event.seq,
+                    "kind": event.kind,
+                    "payload": event.payload,
+                    "at": event.at,
+                    "prev_hash": event.prev_hash,
+                    "hash": event.hash,
+                }
+                for event in events.iterator(chunk_size=1000)
+            )
+        ),
     }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -88,6 +91,169 @@ def runs_matching(*, viewer: User | AnonymousUser, filters: RunFilters) -> Query
     if filters.tool:
         runs = runs.filter(uses_tool(filters.tool))
     return runs.order_by(*RUN_SORTS.get(filters.sort, RUN_SORTS[DEFAULT_RUN_SORT]))
+
+
+# --- keyset (cursor) pages ---------------------------------------------------------------------
+
+# How far the runs list counts before it says "1,000+": counting every match is a scan.
+RUNS_COUNT_CAP = 1_000
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """A runs list order: its leading column and direction, then the primary key the same way."""
+
+    field: str
+    descending: bool
+    nullable: bool = False  # NULLs (unfinished runs) come after every value, either way
+
+
+RUN_SORT_KEYS: dict[str, SortKey] = {
+    "-date": SortKey("created_at", True),
+    "date": SortKey("created_at", False),
+    "-cost": SortKey("cost_usd", True),
+    "cost": SortKey("cost_usd", False),
+    "-duration": SortKey("duration_ms", True, nullable=True),
+    "duration": SortKey("duration_ms", False, nullable=True),
+}
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """One page of the runs list and the cursors of its neighbours (None: there is none)."""
+
+    object_list: list[Run]
+    count: int
+    count_capped: bool  # there are more than `count` matches
+    next_cursor: str | None
+    previous_cursor: str | None
+    is_first: bool
+
+    @property
+    def has_other_pages(self) -> bool:
+        return bool(self.next_cursor or self.previous_cursor)
+
+
+def runs_page(
+    *,
+    viewer: User | AnonymousUser,
+    filters: RunFilters,
+    after: str | None = None,
+    before: str | None = None,
+    last: bool = False,
+    size: int = 50,
+) -> RunsPage:
+    """A page of runs_matching by keyset: the rows after (or before) a cursor, never an OFFSET.
+
+    Each page seeks in the index of its order from the cursor's row, so page 20,000 costs what
+    page 1 does. An unreadable cursor is taken as no cursor (the first page).
+    """
+    runs = runs_matching(viewer=viewer, filters=filters)
+    key = RUN_SORT_KEYS.get(filters.sort, RUN_SORT_KEYS[DEFAULT_RUN_SORT])
+    after_key, before_key = _cursor_read(after, key), _cursor_read(before, key)
+    backwards = before_key is not None or (last and after_key is None)
+    cursor = before_key if backwards else after_key
+    rows = _rows_beyond(runs, key, cursor, forwards=not backwards, limit=size + 1)
+    more = len(rows) > size
+    rows = rows[:size]
+    if backwards:
+        rows.reverse()
+    first_key = _cursor_write(rows[0], key) if rows else None
+    last_key = _cursor_write(rows[-1], key) if rows else None
+    if backwards:
+        previous_cursor = first_key if more else None
+        next_cursor = last_key if before_key is not None else None
+    else:
+        next_cursor = last_key if more else None
+        previous_cursor = first_key if after_key is not None else None
+    counted = runs.order_by().values("pk")[: RUNS_COUNT_CAP + 1].count()
+    return RunsPage(
+        object_list=rows,
+        count=min(counted, RUNS_COUNT_CAP),
+        count_capped=counted > RUNS_COUNT_CAP,
+        next_cursor=next_cursor,
+        previous_cursor=previous_cursor,
+        is_first=previous_cursor is None,
+    )
+
+
+def _rows_beyond(
+    runs: QuerySet[Run], key: SortKey, cursor: tuple[Any, int] | None, *, forwards: bool, limit: int
+) -> list[Run]:
+    """Up to `limit` rows past the cursor in the key's order (or its reverse).
+
+    A nullable key is read in two segments, values then NULLs (the reverse: NULLs, then values),
+    each a plain range in one index: an OR across them, or NULLS LAST, would defeat the index.
+    """
+    descending = key.descending == forwards
+    op = "lt" if descending else "gt"
+    pk_order = "-pk" if descending else "pk"
+    field_order = f"-{key.field}" if descending else key.field
+    segments = ["values", "nulls"] if key.nullable else ["values"]
+    if not forwards:
+        segments.reverse()
+    rows: list[Run] = []
+    for segment in segments:
+        if len(rows) >= limit:
+            break
+        if segment == "values":
+            part = runs.filter(**{f"{key.field}__isnull": False}) if key.nullable else runs
+            if cursor is not None:
+                value, pk = cursor
+                if value is None:  # the cursor is among the NULLs
+                    if forwards:
+                        continue  # values come before them
+                else:
+                    part = part.filter(
+                        Q(**{f"{key.field}__{op}e": value})
+                        & (
+                            Q(**{f"{key.field}__{op}": value})
+                            | Q(**{key.field: value, f"pk__{op}": pk})
+                        )
+                    )
+            part = part.order_by(field_order, pk_order)
+        else:
+            part = runs.filter(**{f"{key.field}__isnull": True})
+            if cursor is not None:
+                value, pk = cursor
+                if value is not None and not forwards:
+                    continue  # backwards from a value: the NULLs come after it
+                if value is None:
+                    part = part.filter(**{f"pk__{op}": pk})
+            part = part.order_by(pk_order)
+        rows.extend(part[: limit - len(rows)])
+    return rows
+
+
+def _cursor_write(run: Run, key: SortKey) -> str:
+    value = getattr(run, key.field)
+    shown = value.isoformat() if isinstance(value, datetime) else value
+    raw = json.dumps([None if shown is None else str(shown), run.pk])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _cursor_read(cursor: str | None, key: SortKey) -> tuple[Any, int] | None:
+    """The (value, pk) a cursor names, typed for its key; None if absent or unreadable."""
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, pk = json.loads(raw)
+        if not isinstance(pk, int) or (value is not None and not isinstance(value, str)):
+            return None
+        if value is None:
+            return (None, pk) if key.nullable else None
+        if key.field == "created_at":
+            parsed: Any = datetime.fromisoformat(value)
+        elif key.field == "cost_usd":
+            parsed = Decimal(value)
+            if not parsed.is_finite():
+                return None
+        else:
+            parsed = int(value)
+        return parsed, pk
+    except (ValueError, TypeError, binascii.Error, InvalidOperation, json.JSONDecodeError):
+        return None
 
 
 def uses_tool(tool: str) -> Q:

@@ -14,13 +14,18 @@ from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
-from plans.selectors.approvals import approvals_waiting, pending_approvals_count
+from plans.selectors.approvals import (
+    INBOX_RUNS,
+    approvals_waiting,
+    approvals_waiting_first,
+    pending_approvals_count,
+)
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
-from plans.views.params import SignedInRequest
+from plans.views.params import SignedInRequest, whole_number
 
 
 @dataclass
@@ -53,9 +58,14 @@ class DecisionGroup:
 @require_GET
 def inbox(request: SignedInRequest) -> HttpResponse:
     """Every destructive step waiting for a decision, grouped by run and round."""
-    groups = decision_groups(list(approvals_waiting(request.user)))
+    # The newest runs' requests only (?runs= asks for more): thousands rendered at once took
+    # seconds. The rest are counted, not loaded.
+    runs = min(max(whole_number(request.GET.get("runs", "")) or INBOX_RUNS, 1), 50 * INBOX_RUNS)
+    page = approvals_waiting_first(request.user, runs=runs)
+    groups = decision_groups(page.approvals)
     template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
-    return render(request, template, _inbox_context(request, groups=groups))
+    context = _inbox_context(request, groups=groups, inbox=page, more_runs=runs + INBOX_RUNS)
+    return render(request, template, context)
 
 
 def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:

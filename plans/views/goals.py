@@ -186,14 +186,43 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
     }
 
 
-def live_fragment(run_id: int, events: list[dict[str, Any]], viewer: Any) -> str:
-    """A socket's push for one viewer: the header it re-sends offers forms by permission."""
+def live_fragment(
+    run_id: int, events: list[dict[str, Any]], viewer: Any, *, graph: bool = True
+) -> str:
+    """A socket's push for one viewer: the header it re-sends offers forms by permission.
+
+    graph=False leaves a step change's graph out (graph_fragment sends it after), so the
+    event is not held up by the graph's drawing; a new plan is always sent whole.
+    """
     # No request over a socket, so no context processors: add what the auth one would.
-    context = {**live_events_context(run_id, events), "user": viewer, "perms": PermWrapper(viewer)}
+    context = {
+        **live_events_context(run_id, events, graph=graph),
+        "user": viewer,
+        "perms": PermWrapper(viewer),
+    }
     return render_to_string(LIVE_EVENTS, context)
 
 
-def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, Any]:
+def live_fragment_needs_graph(events: list[dict[str, Any]]) -> bool:
+    """Whether a push without its graph (live_fragment(graph=False)) leaves one to send."""
+    kinds = {event["kind"] for event in events}
+    touched = {event["payload"].get("step") for event in events} - {None}
+    return bool(touched) and not kinds & PLAN_KINDS
+
+
+def graph_fragment(run_id: int) -> str:
+    """The run's graph as it is now, as an out-of-band swap ("" if it has none)."""
+    run = Run.objects.get(pk=run_id)
+    plan = plan_shown(run)
+    svg = graph_svg(plan, list(plan.steps.all()) if plan else [])
+    if not svg:
+        return ""
+    return render_to_string("plans/run_detail.html#graph", {"graph_svg": svg, "oob": True})
+
+
+def live_events_context(
+    run_id: int, events: list[dict[str, Any]], *, graph: bool = True
+) -> dict[str, Any]:
     """Out-of-band swaps bringing a run page up to date with these events (seq ascending)."""
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     plan = plan_shown(run)
@@ -208,7 +237,7 @@ def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, 
         "steps": steps,
         "plan_changed": plan_changed,
         "steps_changed": bool(touched) and not plan_changed,
-        "graph_svg": graph_svg(plan, steps) if plan_changed or touched else "",
+        "graph_svg": graph_svg(plan, steps) if plan_changed or (touched and graph) else "",
         "status_colours": STATUS_COLOURS.items(),
         "answer_changed": "answer_finished" in kinds,
         "totals": run_totals(run, steps),

@@ -5,9 +5,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import content_disposition_header
@@ -15,12 +14,12 @@ from django.views.decorators.http import require_GET
 
 from plans.models import Goal, Run, Step
 from plans.selectors.approvals import step_decisions
-from plans.selectors.audit import run_audit_get, run_export_json
+from plans.selectors.audit import run_audit_get, run_export_chunks
 from plans.selectors.runs import (
     DEFAULT_RUN_SORT,
     RUN_SORTS,
     RunFilters,
-    runs_matching,
+    runs_page,
     runs_progress,
 )
 from plans.tools import get_registry
@@ -94,16 +93,20 @@ def _author_choices() -> list[tuple[str, str]]:
 def run_list(request: SignedInRequest) -> HttpResponse:
     form = RunFilterForm(request.GET, viewer=request.user)
     filters = form.filters()
-    page = Paginator(runs_matching(viewer=request.user, filters=filters), RUNS_PER_PAGE).get_page(
-        request.GET.get("page")
+    # Keyset pages (after/before a cursor, or the last page): no OFFSET, however deep.
+    page = runs_page(
+        viewer=request.user,
+        filters=filters,
+        after=request.GET.get("after"),
+        before=request.GET.get("before"),
+        last=request.GET.get("last") == "1",
+        size=RUNS_PER_PAGE,
     )
     progress = runs_progress([run.pk for run in page.object_list])
     context = {
         "form": form,
         "page": page,
         "progress": progress,
-        "page_range": page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1),
-        "ellipsis": Paginator.ELLIPSIS,
         "filtered": filters != RunFilters(sort=filters.sort),
         "can_see_all": request.user.has_perm("plans.view_all_runs"),
         "sort": filters.sort,
@@ -137,7 +140,10 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
 @require_GET
 def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
-    audit = run_audit_get(run=run)
+    # The event log a page at a time (?events_after=seq): a 500-step run has thousands.
+    audit = run_audit_get(
+        run=run, events_after=whole_number(request.GET.get("events_after", "")) or 0
+    )
     return render(
         request,
         "plans/run_audit.html",
@@ -152,10 +158,12 @@ def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
 
 @login_required
 @require_GET
-def run_export(request: SignedInRequest, run_id: int) -> HttpResponse:
+def run_export(request: SignedInRequest, run_id: int) -> StreamingHttpResponse:
     run = visible_run_or_404(request, run_id)
-    response = HttpResponse(
-        run_export_json(run=run), content_type="application/json; charset=utf-8"
+    # Streamed as it is encoded: a big run's export starts at once and is never whole in memory.
+    response = StreamingHttpResponse(
+        (piece.encode() for piece in run_export_chunks(run=run)),
+        content_type="application/json; charset=utf-8",
     )
     response["Content-Disposition"] = content_disposition_header(
         as_attachment=True, filename=f"run-{run.pk}.json"

@@ -100,6 +100,8 @@ class Command(BaseCommand):
     def _stop(self, workers: list[RunWorker], *, grace: float, signals: dict[str, int]) -> None:
         for worker in workers:
             worker.stop()
+        # With the spare threads that took runs while others waited.
+        workers = [*workers, *(w for w in workers[0].group.live() if w.spare)] if workers else []
         busy = [worker for worker in workers if worker.running_task]
         logger.info("stopping: waiting up to %gs for %d running runs", grace, len(busy))
         deadline = time.monotonic() + grace

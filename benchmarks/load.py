@@ -1,0 +1,400 @@
+"""Load benchmark: concurrent runs on one worker process, pages at a seeded size, events.
+
+Not a test: it prints medians and percentiles against the targets of issue 18.
+
+    ./dev bench load                          # concurrency (50, 200) and pages at 100k runs
+    ./dev bench load --runs 50,200 --seed 1000000 --sections concurrency,pages
+
+Concurrency: N runs of a 5-step diamond (tools sleeping 50 ms, or 50-500 ms at random) whose
+answer model call takes 1 s (the offline model with AGENTSITE_OFFLINE_LATENCY_MS), all started
+at once on this process's workers at their default (2, as `./dev serve`). Per run: wall from
+its start to its finish over its critical path (the tools' longest chain plus the model call),
+the delay from its enqueue to its start, and the process's CPU per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODEL_LATENCY_MS = 1000
+DEFAULT_WORKERS = 2  # `manage.py serve --workers` default
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def setup_django(var_dir: str, db: str = "") -> None:
+    os.environ["AGENTSITE_SQLITE_PATH"] = db or str(Path(var_dir) / "load.sqlite3")
+    os.environ["AGENTSITE_VAR_DIR"] = var_dir
+    os.environ["AGENTSITE_TOOL_MODULES"] = "benchmarks.bench_tools"
+    os.environ["AGENTSITE_MODEL_BACKEND"] = "offline"
+    os.environ["AGENTSITE_OFFLINE_LATENCY_MS"] = str(MODEL_LATENCY_MS)
+    os.environ["AGENTSITE_MODEL_CALLS_PER_MINUTE"] = "0"
+    os.environ["AGENTSITE_AUTHOR_DAILY_USD"] = "0"
+    os.environ["AGENTSITE_DEBUG"] = "0"
+    os.environ.setdefault("AGENTSITE_SECRET_KEY", "benchmark-only-" + os.urandom(16).hex())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+    import django
+
+    django.setup()
+    logging.getLogger("plans.runtime.worker").setLevel(logging.WARNING)
+    logging.getLogger("django.tasks").setLevel(logging.WARNING)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def diamond(tool_ms: Callable[[], float]) -> list[dict]:
+    deps = {1: [], 2: [], 3: [1, 2], 4: [3], 5: [3]}
+    return [
+        {"id": i, "tool": "bench_sleep", "args": {"ms": tool_ms(), "tag": i}, "depends_on": d}
+        for i, d in deps.items()
+    ]
+
+
+def critical_path_s(steps: list[dict]) -> float:
+    from plans.engine import Plan, PlanStep, critical_path
+
+    plan = Plan(
+        steps=tuple(
+            PlanStep(id=s["id"], tool=s["tool"], args=s["args"], depends_on=tuple(s["depends_on"]))
+            for s in steps
+        )
+    )
+    tools = critical_path(plan, {s["id"]: s["args"]["ms"] / 1000 for s in steps})
+    return tools + MODEL_LATENCY_MS / 1000  # the answer's model call follows the last step
+
+
+def concurrent_runs(count: int, tool_ms: Callable[[], float]) -> dict[str, float]:
+    """Start `count` runs at once; wait for all; per-run ratios, start delays, CPU per run."""
+    from django.contrib.auth import get_user_model
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    plans = [diamond(tool_ms) for _ in range(count)]
+    runs = [
+        run_create(author=author, goal_text="load benchmark", plan_data={"steps": steps})
+        for steps in plans
+    ]
+    enqueued: dict[int, float] = {}
+    cpu_started = time.process_time()
+    for run in runs:
+        enqueued[run.pk] = time.time()
+        run_start(run)
+    ids = [run.pk for run in runs]
+    deadline = time.monotonic() + 120 + count
+    while Run.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} runs did not finish in time")
+        time.sleep(0.05)
+    cpu = time.process_time() - cpu_started
+    done = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+    statuses = {r.status for r in done.values()}
+    assert statuses == {"completed"}, statuses
+    ratios, delays, totals = [], [], []
+    for run, steps in zip(runs, plans, strict=True):
+        row = done[run.pk]
+        assert row.started_at and row.finished_at
+        crit = critical_path_s(steps)
+        ratios.append((row.finished_at - row.started_at).total_seconds() / crit)
+        delays.append(row.started_at.timestamp() - enqueued[run.pk])
+        totals.append((row.finished_at.timestamp() - enqueued[run.pk]) / crit)
+    return {
+        "ratio_p50": statistics.median(ratios),
+        "ratio_p95": percentile(ratios, 0.95),
+        "total_p95": percentile(totals, 0.95),
+        "delay_p50_ms": statistics.median(delays) * 1000,
+        "delay_p95_ms": percentile(delays, 0.95) * 1000,
+        "cpu_ms_per_run": cpu / count * 1000,
+    }
+
+
+def section_concurrency(counts: list[int]) -> None:
+    from plans.runtime.worker import start_worker_threads
+
+    start_worker_threads(DEFAULT_WORKERS, prefix="load", listen=False)
+    print(
+        f"concurrent 5-step diamond runs, answer model {MODEL_LATENCY_MS} ms, "
+        f"{DEFAULT_WORKERS} worker slots (the default), one process"
+    )
+    print(
+        f"{'runs':>6} {'tools':>11} {'run/crit p50':>13} {'p95':>6} {'(enq->end)/crit p95':>20}"
+        f" {'start delay p50':>16} {'p95':>8} {'CPU/run':>9}"
+    )
+    concurrent_runs(5, lambda: 50.0)  # warm up
+    rng = random.Random(18)
+    for count in counts:
+        for label, tool_ms in (
+            ("50 ms", lambda: 50.0),
+            ("50-500 ms", lambda: float(rng.randint(50, 500))),
+        ):
+            f = concurrent_runs(count, tool_ms)
+            print(
+                f"{count:>6} {label:>11} {f['ratio_p50']:>13.2f} {f['ratio_p95']:>6.2f}"
+                f" {f['total_p95']:>20.2f} {f['delay_p50_ms']:>13.0f} ms"
+                f" {f['delay_p95_ms']:>5.0f} ms {f['cpu_ms_per_run']:>6.1f} ms"
+            )
+    print(
+        "targets (200 runs, tools 50 ms): run/crit <= 1.2, start delay p95 <= 100 ms\n"
+        "run/crit: the run's start to its finish over its critical path (tools + model call);\n"
+        "(enq->end)/crit also counts the wait to start. CPU/run: this process's CPU / runs.\n"
+    )
+
+
+def seeded(count: int) -> None:
+    """Seed `count` runs (manage.py seed_runs), unless the database holds that many already."""
+    from django.core.management import call_command
+
+    from plans.models import Run
+
+    have = Run.objects.count()
+    if have >= count:
+        return
+    started = time.monotonic()
+    call_command("seed_runs", str(count - have), "--authors", "20", "--days", "365", "--seed", "18")
+    print(f"seeded {count - have:,} runs in {time.monotonic() - started:.0f} s")
+
+
+def page_urls() -> list[tuple[str, str]]:
+    """(label, URL) for every list, filter, sort, deep page, the inbox, an audit and export."""
+    from django.db.models import Count
+
+    from plans.models import Run, RunEvent
+    from plans.selectors.runs import RUN_SORT_KEYS, RUN_SORTS, _cursor_write
+
+    urls = [("runs, default", "/runs/")]
+    urls += [(f"runs, sort={sort}", f"/runs/?sort={sort}") for sort in RUN_SORTS]
+    urls += [
+        (f"runs, status=completed sort={sort}", f"/runs/?status=completed&sort={sort}")
+        for sort in RUN_SORTS
+    ]
+    urls.append(("runs, status=failed", "/runs/?status=failed"))
+    urls.append(("runs, last 7 days", "/runs/?date_from=" + _days_ago(7)))
+    author = Run.objects.values_list("goal__author__username", flat=True).first()
+    urls.append(("runs, author (one of 20)", f"/runs/?author={author}"))
+    urls.append(("runs, tool=book_flight", "/runs/?tool=book_flight"))
+    total = Run.objects.count()
+    for sort in ("-date", "-cost"):
+        key = RUN_SORT_KEYS[sort]
+        row = Run.objects.filter(experiment__isnull=True).order_by(*RUN_SORTS[sort])[total // 2]
+        urls.append(
+            (
+                f"runs, sort={sort} deep (row {total // 2:,})",
+                f"/runs/?sort={sort}&after=" + _cursor_write(row, key),
+            )
+        )
+    urls.append(("runs, last page", "/runs/?last=1"))
+    urls.append(("approvals inbox", "/approvals/"))
+    biggest = (
+        RunEvent.objects.values("run").annotate(n=Count("id")).order_by("-n").first()
+        if total <= 200_000
+        else None
+    )
+    run_id = biggest["run"] if biggest else Run.objects.order_by("-pk").first().pk
+    urls.append((f"audit (run {run_id})", f"/runs/{run_id}/audit/"))
+    urls.append((f"export (run {run_id})", f"/runs/{run_id}/export.json"))
+    urls.append(("costs", "/costs/"))
+    return urls
+
+
+def _days_ago(days: int) -> str:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return (timezone.localdate() - timedelta(days=days)).isoformat()
+
+
+def section_pages(count: int, repeats: int) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    seeded(count)
+    operator = get_user_model().objects.filter(username="load-operator").first()
+    if operator is None:
+        operator = get_user_model().objects.create_superuser("load-operator")
+    client = Client()
+    client.force_login(operator)
+    print(f"pages at {count:,} runs (SQLite; Django's test client in-process, no network)")
+    print(f"{'page':<52}{'first ms':>9}{'p50 ms':>9}{'p95 ms':>9}{'KB':>8}")
+    for label, url in page_urls():
+        times = []
+        size = 0
+        for _ in range(repeats + 1):
+            started = time.perf_counter()
+            response = client.get(url, secure=True)
+            body = b"".join(response) if response.streaming else response.content
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (url, response.status_code)
+            size = len(body)
+        first, rest = times[0], times[1:]
+        print(
+            f"{label:<52}{first:>9.0f}{statistics.median(rest):>9.0f}"
+            f"{percentile(rest, 0.95):>9.0f}{size / 1024:>8.0f}"
+        )
+    print("targets: every page p95 <= 300 ms on SQLite (<= 150 ms on PostgreSQL) at 1M runs\n")
+
+
+def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
+    """Event commit (RunEvent.at) to a websocket client's receipt, through `manage.py serve`
+    (embedded: in-process workers, in-memory layer) or, with redis, `serve --workers 0` and a
+    `run_worker` process on PostgreSQL with the Redis channel layer."""
+    import re
+    import socket
+    import subprocess
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from websockets.sync.client import connect
+
+    from plans.models import RunEvent
+    from plans.services.runs import run_create, run_start
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "AGENTSITE_OFFLINE_LATENCY_MS": "200", "PYTHONUNBUFFERED": "1"}
+    log = open(Path(var_dir, "serve.log"), "w")  # noqa: SIM115
+    serve = ["manage.py", "serve", "--port", str(port), "--no-demo-users"]
+    server = subprocess.Popen(
+        [sys.executable, *serve, *(["--workers", "0"] if redis else [])],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    worker = None
+    if redis:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "run_worker", "--threads", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=open(Path(var_dir, "worker.log"), "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "serving on" not in Path(var_dir, "serve.log").read_text():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("serve did not start: " + Path(var_dir, "serve.log").read_text())
+            time.sleep(0.1)
+        user = get_user_model().objects.filter(username="load-operator").first()
+        if user is None:
+            user = get_user_model().objects.create_superuser("load-operator")
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        seq_re = re.compile(r'data-seq="(\d+)"')
+        latencies: list[float] = []
+        for _ in range(runs):
+            steps = diamond(lambda: 20.0)
+            run = run_create(author=user, goal_text="event latency", plan_data={"steps": steps})
+            received: dict[int, float] = {}
+            with connect(
+                f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?after=0",
+                origin=f"http://127.0.0.1:{port}",
+                additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
+                proxy=None,
+                open_timeout=10,
+            ) as ws:
+                connected = time.time()
+                run_start(run)
+                finished = time.monotonic() + 30
+                while time.monotonic() < finished:
+                    try:
+                        html = ws.recv(timeout=0.5)
+                    except TimeoutError:
+                        if RunEvent.objects.filter(run=run, kind="run_finished").exists():
+                            break
+                        continue
+                    now = time.time()
+                    for seq in seq_re.findall(str(html)):
+                        received.setdefault(int(seq), now)
+            for event in RunEvent.objects.filter(run=run):
+                at = event.at.timestamp()
+                if event.seq in received and at > connected:
+                    latencies.append((received[event.seq] - at) * 1000)
+        if not latencies:
+            raise RuntimeError("no event reached the socket")
+        where = (
+            "through Redis (PostgreSQL, `serve --workers 0` + a `run_worker` process)"
+            if redis
+            else "embedded default (`serve`: SQLite, in-memory layer, 2 worker slots)"
+        )
+        print(
+            f"event commit -> websocket receipt, {where}, {runs} runs, {len(latencies)} events: "
+            f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms,"
+            f" max {max(latencies):.0f} ms (target p95 <= {100 if redis else 50} ms)\n"
+        )
+    finally:
+        for process in (server, worker):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="50,200", help="concurrent run counts")
+    parser.add_argument(
+        "--sections",
+        default="events,concurrency,pages",
+        help="events,concurrency,pages (comma-separated)",
+    )
+    parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
+    parser.add_argument("--repeats", type=int, default=10, help="requests per page")
+    parser.add_argument(
+        "--db", default="", help="a SQLite file to keep (seeded once, reused by later runs)"
+    )
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
+        database = None
+        if "events-redis" in sections:
+            # Its own process settings: PostgreSQL and Redis (as started by .ci/services.sh).
+            from benchmarks.handoff import create_database
+
+            database = create_database(os.environ["AGENTSITE_TEST_DATABASE_URL"])
+            os.environ["AGENTSITE_DATABASE_URL"] = database["url"]
+            os.environ["AGENTSITE_REDIS_URL"] = os.environ["AGENTSITE_TEST_REDIS_URL"]
+        setup_django(var_dir, args.db)
+        print(
+            f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, SQLite WAL in {var_dir}, DEBUG off\n"
+        )
+        if "pages" in sections:
+            section_pages(args.seed, args.repeats)
+        if "events" in sections:
+            section_events(var_dir, 10)
+        if "events-redis" in sections:
+            try:
+                section_events(var_dir, 10, redis=True)
+            finally:
+                from benchmarks.handoff import drop_database
+
+                drop_database(database)
+        if "concurrency" in sections:
+            section_concurrency([int(n) for n in args.runs.split(",")])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
