@@ -289,10 +289,25 @@ def test_a_worker_paused_past_its_lease_starts_no_call_before_its_keeper_notices
 
     monkeypatch.setattr(advance_module, "lease_acquire", keep)
 
+    moved_on = {"seconds": 0.0}
+
+    class WokenClock:
+        """The clock a paused worker wakes to: moved on past its lease, for every thread.
+
+        (Setting lease.valid_until instead races with a commit begun before the "pause",
+        which extends it from its own start when it ends.)
+        """
+
+        @staticmethod
+        def monotonic() -> float:
+            return time.monotonic() + moved_on["seconds"]
+
+    monkeypatch.setattr(leases, "time", WokenClock)
+
     def pause_past_the_lease():
         # Step 1's call returns after the worker "slept" past its lease: the monotonic clock
         # moved on, and the lease in the database expired meanwhile.
-        taken[0].valid_until = time.monotonic() - 0.001
+        moved_on["seconds"] = taken[0].seconds + 60
         expire(Run.objects.get(pk=taken[0].run_id))
 
     monkeypatch.setattr(bank_tools, "on_nap", pause_past_the_lease, raising=False)
