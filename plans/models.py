@@ -332,6 +332,42 @@ class Approval(models.Model):
         )
 
 
+class HumanQuestion(models.Model):
+    """A question an ``ask_human`` step put to a person; the answer becomes the step's result."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        ANSWERED = "answered"
+        EXPIRED = "expired"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="questions")
+    question = models.TextField()
+    choices = models.JSONField(default=list, blank=True)
+    # A role (a Django group's name) or "author": the run's author.
+    audience = models.CharField(max_length=150, default="author")
+    state = models.CharField(max_length=10, choices=State, default=State.PENDING)
+    answer = models.TextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="answered_questions",
+    )
+    asked_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step"], name="one_question_per_step"),
+        ]
+        indexes = [models.Index(fields=["state", "-asked_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.state} question for run {self.run_id}"
+
+
 class RunEvent(models.Model):
     """Append-only log of everything that happened in a run; seq is contiguous per run."""
 
@@ -356,6 +392,8 @@ class RunEvent(models.Model):
         STEP_FINISHED = "step_finished"
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
+        QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
+        QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         RUN_PARKED = "run_parked"
         MODEL_CALL_STARTED = "model_call_started"
         MODEL_CALL = "model_call"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from plans.views import approvals, costs, evals, goals, runs
+from plans.views import approvals, costs, evals, goals, questions, runs
 
 app_name = "plans"
 urlpatterns = [
@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<int:run_id>/export.json", runs.run_export, name="run_export"),
     path("approvals/", approvals.inbox, name="inbox"),
     path("approvals/decide/", approvals.decide, name="decide"),
+    path("questions/<int:question_id>/answer/", questions.answer, name="question_answer"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),
     path("evals/", evals.evals, name="evals"),

@@ -17,8 +17,21 @@ OFFLINE_MODEL_NAME = "offline"
 PRICE_GOAL = "Total price of an iPhone 16 and AirPods 4 in INR"
 TRIP_GOAL = "Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights"
 REFUND_GOAL = "Refund order A-1001 for a damaged item"
+CONFIRMED_REFUND_GOAL = "Refund order A-1002 for a late delivery once I confirm the amount"
 RESEARCH_GOAL = "What makes plan-and-execute agents cheaper than ReAct?"
-OFFLINE_DEMO_GOALS: list[str] = [PRICE_GOAL, TRIP_GOAL, REFUND_GOAL, RESEARCH_GOAL]
+OFFLINE_DEMO_GOALS: list[str] = [
+    PRICE_GOAL,
+    TRIP_GOAL,
+    REFUND_GOAL,
+    CONFIRMED_REFUND_GOAL,
+    RESEARCH_GOAL,
+]
+# "... once I confirm the amount": a person confirms the amount (ask_human) before the refund.
+_CONFIRM = re.compile(
+    r"[\s,]*\b(?:once|after|when|but)\s+(?:I|we|you)\s+(?:confirm|check|ask)\b.*$",
+    re.IGNORECASE,
+)
+
 
 # Bookings need a name the goal rarely gives; the reviewer sees (and may edit) it before approval.
 DEFAULT_TRAVELLER = "Demo Traveller"
@@ -206,6 +219,9 @@ def _trip_plan(goal: str) -> dict[str, Any]:
 
 
 def _refund_plan(goal: str) -> dict[str, Any]:
+    confirm = _CONFIRM.search(goal)
+    if confirm:
+        goal = goal[: confirm.start()]
     match = _ORDER_ID.search(goal)
     assert match is not None  # goal_kind checked it
     order_id = match.group(1).upper()
@@ -214,6 +230,8 @@ def _refund_plan(goal: str) -> dict[str, Any]:
     )
     reason = reason_match.group(1) if reason_match else DEFAULT_REFUND_REASON
     customer = f"customer-{order_id.lower().replace('-', '')}@example.com"
+    if confirm:
+        return _confirmed_refund_plan(order_id, reason, customer)
     return {
         "steps": [
             _step(1, "order_total", {"order_id": order_id}, []),
@@ -232,6 +250,33 @@ def _refund_plan(goal: str) -> dict[str, Any]:
                     "body": f"We refunded INR {{{{1}}}} for order {order_id}. Reference: {{{{2}}}}",
                 },
                 [1, 2],
+            ),
+        ]
+    }
+
+
+def _confirmed_refund_plan(order_id: str, reason: str, customer: str) -> dict[str, Any]:
+    """The author confirms the amount (an ask_human step) before anything is refunded."""
+    question = f"Order {order_id} totals INR {{{{1}}}}. How many rupees should be refunded?"
+    return {
+        "steps": [
+            _step(1, "order_total", {"order_id": order_id}, []),
+            _step(2, "ask_human", {"question": question, "audience": "author"}, [1]),
+            _step(
+                3,
+                "issue_refund",
+                {"order_id": order_id, "amount_inr": "{{2}}", "reason": reason},
+                [2],
+            ),
+            _step(
+                4,
+                "send_email",
+                {
+                    "to": customer,
+                    "subject": "Your refund",
+                    "body": f"We refunded INR {{{{2}}}} for order {order_id}. Reference: {{{{3}}}}",
+                },
+                [2, 3],
             ),
         ]
     }

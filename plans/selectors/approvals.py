@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from plans.models import Approval, Run
+from plans.models import Approval, HumanQuestion, Run
 from plans.selectors.runs import run_visibility
 
 
@@ -26,3 +26,21 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
     if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
         return 0
     return approvals_waiting(user).count()
+
+
+def questions_waiting(user: User | AnonymousUser) -> list[HumanQuestion]:
+    """Unanswered ask_human questions of live runs that this person may answer, newest first."""
+    if not user.is_authenticated:
+        return []
+    waiting = (
+        HumanQuestion.objects.filter(state=HumanQuestion.State.PENDING)
+        .exclude(run__status__in=Run.TERMINAL)
+        .select_related("run__goal__author", "step")
+        .order_by("-asked_at", "-pk")
+    )
+    if not user.is_superuser:
+        roles = list(user.groups.values_list("name", flat=True))
+        waiting = waiting.filter(
+            Q(audience="author", run__goal__author=user) | Q(audience__in=roles)
+        )
+    return list(waiting)

@@ -15,7 +15,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
-from plans.selectors.approvals import approvals_waiting, pending_approvals_count
+from plans.selectors.approvals import (
+    approvals_waiting,
+    pending_approvals_count,
+    questions_waiting,
+)
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
 from plans.templatetags.agentsite import pretty_json
@@ -61,6 +65,7 @@ def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
+        "questions": questions_waiting(request.user),
         "four_eyes": settings.AGENTSITE_FOUR_EYES,
     }
 

@@ -61,3 +61,14 @@ class RoundDecisionForm(VerdictForm):
 
 class PlanDecisionForm(VerdictForm):
     """A reviewer's verdict on a whole plan (the plan-approval policy)."""
+
+
+class QuestionAnswerForm(forms.Form):
+    """A person's answer to an ask_human question: a chosen choice, or typed text."""
+
+    answer = forms.CharField(required=False, strip=False)
+    choice = forms.CharField(required=False, strip=False)
+
+    @property
+    def text(self) -> str:
+        return self.cleaned_data["choice"] or self.cleaned_data["answer"]
