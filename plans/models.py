@@ -323,10 +323,12 @@ class Approval(models.Model):
     def __str__(self) -> str:
         return f"{self.decision} {self.tool} for run {self.run_id}"
 
-    def authorises(self, *, tool: str, args: Mapping[str, Any]) -> bool:
-        """Approved, and bound to exactly this call: the last check before a destructive tool."""
+    def authorises(self, *, tool: str, args: Mapping[str, Any], step_id: int) -> bool:
+        """Approved, and bound to exactly this call of this step (so of this run): the last
+        check before a destructive tool."""
         return (
             self.decision == self.Decision.APPROVED
+            and self.step_id == step_id
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )

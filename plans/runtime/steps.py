@@ -76,12 +76,14 @@ class ToolOutcome:
 
 
 def invoke_tool(
-    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None
+    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None, step_pk: int
 ) -> ToolOutcome:
-    """Call a tool in a pool thread; a destructive one needs an approval of these exact args."""
+    """Call a tool in a pool thread; a destructive one needs an approval of these exact args
+    for this very step (step_pk): another step's or another run's approval never counts."""
     started_at = timezone.now()
     t0 = time.perf_counter()
-    if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
+    allowed = approval_is_valid_for_call(approval, tool=spec.name, args=args, step_pk=step_pk)
+    if spec.destructive and not allowed:
         refusal = f"{spec.name} is destructive and has no approval for these arguments"
         return ToolOutcome(None, refusal, key, started_at, 0.0)
     result: Any = None
@@ -445,6 +447,7 @@ class StepsExecution:
             args,
             key=key,
             approval=approval,
+            step_pk=step.pk,
             reply=self._reply,
         )
         self.inflight[call] = step.step_id
