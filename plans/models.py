@@ -204,6 +204,9 @@ class Plan(models.Model):
     )
     decision_reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Reviewers' requests for changes to this version: [{step, tool, instructions, reviewer,
+    # at}]. The next version is planned with them, delimited as reviewer text.
+    change_requests = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -396,6 +399,7 @@ class RunEvent(models.Model):
         APPROVAL_DECIDED = "approval_decided"
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
+        CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan
         RUN_PARKED = "run_parked"
         MODEL_CALL_STARTED = "model_call_started"
         MODEL_CALL = "model_call"

@@ -26,6 +26,8 @@ OFFLINE_DEMO_GOALS: list[str] = [
     CONFIRMED_REFUND_GOAL,
     RESEARCH_GOAL,
 ]
+# A reviewer's "refund 500, not 2499" (the first amount named is the one wanted).
+_REQUESTED_AMOUNT = re.compile(r"(?:INR|₹|rs\.?|refund|amount)?\s*(\d[\d,]*)", re.IGNORECASE)
 # "... once I confirm the amount": a person confirms the amount (ask_human) before the refund.
 _CONFIRM = re.compile(
     r"[\s,]*\b(?:once|after|when|but)\s+(?:I|we|you)\s+(?:confirm|check|ask)\b.*$",
@@ -78,7 +80,10 @@ class OfflineModel:
             raise ModelError("The offline model needs the goal in the request's metadata.")
         if request.purpose in ("plan", "replan"):
             # A repair request gets the same plan: the demo plans are valid as they stand.
-            return json.dumps(plan_for_goal(goal), ensure_ascii=False)
+            changes = request.metadata.get("change_requests") or []
+            instructions = " ".join(str(c.get("instructions", "")) for c in changes)
+            plan = plan_for_goal(goal, instructions=instructions) if instructions else None
+            return json.dumps(plan or plan_for_goal(goal), ensure_ascii=False)
         if request.purpose == "answer":
             return answer_for(goal, list(request.metadata.get("outcomes") or []))
         if request.purpose == "judge":
@@ -114,9 +119,15 @@ def goal_kind(goal: str) -> str | None:
     return None
 
 
-def plan_for_goal(goal: str) -> dict[str, Any]:
-    """The plan JSON the offline model replies with; no steps and a reason for other goals."""
+def plan_for_goal(goal: str, *, instructions: str = "") -> dict[str, Any]:
+    """The plan JSON the offline model replies with; no steps and a reason for other goals.
+
+    A reviewer's instructions naming an amount ("refund 500, not 2499") set a refund's amount.
+    """
     kind = goal_kind(goal)
+    amount = _REQUESTED_AMOUNT.search(instructions)
+    if kind == "refund" and amount:
+        return _refund_plan(goal, amount=int(amount.group(1).replace(",", "")))
     if kind == "price":
         return _price_plan(goal)
     if kind == "trip":
@@ -218,7 +229,7 @@ def _trip_plan(goal: str) -> dict[str, Any]:
     }
 
 
-def _refund_plan(goal: str) -> dict[str, Any]:
+def _refund_plan(goal: str, *, amount: int | None = None) -> dict[str, Any]:
     confirm = _CONFIRM.search(goal)
     if confirm:
         goal = goal[: confirm.start()]
@@ -230,8 +241,31 @@ def _refund_plan(goal: str) -> dict[str, Any]:
     )
     reason = reason_match.group(1) if reason_match else DEFAULT_REFUND_REASON
     customer = f"customer-{order_id.lower().replace('-', '')}@example.com"
-    if confirm:
+    if confirm and amount is None:
         return _confirmed_refund_plan(order_id, reason, customer)
+    if amount is not None:
+        return {
+            "steps": [
+                _step(1, "order_total", {"order_id": order_id}, []),
+                _step(
+                    2,
+                    "issue_refund",
+                    {"order_id": order_id, "amount_inr": amount, "reason": reason},
+                    [1],
+                ),
+                _step(
+                    3,
+                    "send_email",
+                    {
+                        "to": customer,
+                        "subject": "Your refund",
+                        "body": f"We refunded INR {amount} for order {order_id}. "
+                        "Reference: {{2}}",
+                    },
+                    [2],
+                ),
+            ]
+        }
     return {
         "steps": [
             _step(1, "order_total", {"order_id": order_id}, []),

@@ -154,7 +154,7 @@ class RunAdvancer:
                 return Run.Status.AWAITING_APPROVAL
             if self.cancel_known:  # read afresh as the steps ended
                 return self.finish(Run.Status.CANCELLED)  # no replan, no answer
-            if not self._may_replan(steps):
+            if not self._may_replan(plan_row, steps):
                 break
             replanned = self._replan(plan_row, steps)
             if replanned is None:
@@ -168,6 +168,10 @@ class RunAdvancer:
 
     def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
         required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval
+        if not required and plan_row.source == PlanRow.Source.REPLAN and plan_row.parent_id:
+            # Replanned on a reviewer's instructions: its diff is reviewed before anything runs.
+            parent = PlanRow.objects.filter(pk=plan_row.parent_id)
+            required = parent.exclude(change_requests=[]).exists()
         return required and plan_row.decision != "approved"
 
     def _park_for_plan_approval(self, plan_row: PlanRow) -> bool:
@@ -208,9 +212,15 @@ class RunAdvancer:
         self.lease.released = True
         return True
 
-    def _may_replan(self, steps: dict[int, Step]) -> bool:
-        """Replan a planner's plan after a failure, at most AGENTSITE_MAX_REPLANS times per run."""
-        if not any(step.status == Step.Status.FAILED for step in steps.values()):
+    def _may_replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> bool:
+        """Replan a planner's plan after a failure or a reviewer's request for changes, at most
+        AGENTSITE_MAX_REPLANS times per run."""
+        # Requested while the run was parked: read afresh.
+        plan_row.change_requests = (
+            PlanRow.objects.filter(pk=plan_row.pk).values_list("change_requests", flat=True).get()
+        )
+        failed = any(step.status == Step.Status.FAILED for step in steps.values())
+        if not failed and not plan_row.change_requests:
             return False
         if self.run.plans.filter(source="file").exists():
             return False  # a plan given by a person is run as given
@@ -218,12 +228,18 @@ class RunAdvancer:
 
     def _replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> PlanRow | None:
         failed = sorted(s.step_id for s in steps.values() if s.status == Step.Status.FAILED)
-        self.recorder.event("replan_started", version=plan_row.version, failed_steps=failed)
+        self.recorder.event(
+            "replan_started",
+            version=plan_row.version,
+            failed_steps=failed,
+            changes_requested=len(plan_row.change_requests),
+        )
         self.recorder.flush(wait=True)
         return plan_from_replanner(
             run=self.run,
             current=plan_row,
             outcomes=_outcomes(steps),
+            change_requests=plan_row.change_requests,
             call_model=self._call_model_and_flush,
             lease=self.lease,
         )

@@ -274,3 +274,17 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             for event in records.events
         ],
     }
+
+
+def plan_diff_from_parent(plan: Plan | None) -> PlanDiff | None:
+    """How a replanned version differs from the one it replaced (None for a first version)."""
+    if plan is None or plan.parent_id is None:
+        return None
+    parent = Plan.objects.filter(pk=plan.parent_id).first()
+    if parent is None:
+        return None
+    return PlanDiff(
+        old_version=parent.version,
+        new_version=plan.version,
+        changes=plan_diff(list(parent.steps.all()), list(plan.steps.all())),
+    )

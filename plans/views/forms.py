@@ -31,10 +31,16 @@ class VerdictForm(forms.Form):
     def approve(self) -> bool:
         return self.cleaned_data["decision"] == "approve"
 
+    @property
+    def changes(self) -> bool:
+        return self.cleaned_data["decision"] == "changes"
+
 
 class RoundDecisionForm(VerdictForm):
-    """The ticked destructive steps of one run's round, decided together."""
+    """The ticked destructive steps of one run's round, decided together; or sent back with
+    instructions for a replan (the reason box holds them)."""
 
+    decision = forms.ChoiceField(choices=[*VERDICTS, ("changes", "Request changes")])
     group = forms.CharField()
     # Ids not of this run and round are ignored by the view's query, not refused.
     approval = WholeNumbersField(required=False)

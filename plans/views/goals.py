@@ -20,6 +20,7 @@ from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Goal, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
+from plans.selectors.audit import plan_diff_from_parent
 from plans.services.approvals import ApprovalRefused
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
@@ -173,6 +174,7 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
         "run": run,
         "plan": plan,
         "steps": steps,
+        "replan": replan_context(plan),
         "graph_svg": graph_svg(plan, steps),
         "status_colours": STATUS_COLOURS.items(),
         "totals": run_totals(run, steps),
@@ -204,6 +206,7 @@ def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, 
         "plan": plan,
         "steps": steps,
         "plan_changed": plan_changed,
+        "replan": replan_context(plan) if plan_changed else {},
         "steps_changed": bool(touched) and not plan_changed,
         "graph_svg": graph_svg(plan, steps) if plan_changed or touched else "",
         "status_colours": STATUS_COLOURS.items(),
@@ -213,6 +216,15 @@ def live_events_context(run_id: int, events: list[dict[str, Any]]) -> dict[str, 
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
+
+
+def replan_context(plan: Plan | None) -> dict[str, Any]:
+    """For a replanned version: its diff against the version it replaced, and the reviewers'
+    requests for changes that led to it (shown before anything of it runs)."""
+    diff = plan_diff_from_parent(plan)
+    if diff is None or plan is None or plan.parent is None:
+        return {}
+    return {"diff": diff, "change_requests": plan.parent.change_requests}
 
 
 def answer_delta_fragment(text: str) -> str:
