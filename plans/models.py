@@ -113,6 +113,19 @@ class Run(models.Model):
     model_call_count = models.PositiveIntegerField(default=0)
     round_count = models.PositiveIntegerField(default=0)
 
+    class Origin(models.TextChoices):
+        NONE = "", "new"
+        RERUN = "rerun", "re-run of"
+        FORK = "fork", "forked from"
+
+    # Lineage: the run this one re-runs (same goal, fresh plan) or forks (a plan version of it,
+    # maybe edited). Nothing of the origin carries over: results and approvals are its own.
+    origin = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived_runs"
+    )
+    origin_kind = models.CharField(max_length=10, choices=Origin, blank=True, default="")
+    origin_plan_version = models.PositiveIntegerField(null=True, blank=True)
+
     # Denormalised for the runs list: filter by tool without a join per row.
     tools_used = models.JSONField(default=list, blank=True)
     # An eval run: kept for audit and linked from the evals page, hidden from the runs list.
