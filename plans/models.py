@@ -98,6 +98,9 @@ class Run(models.Model):
     goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=24, choices=Status, default=Status.PLANNING)
     answer = models.TextField(blank=True)
+    # The mechanical check of the answer (plans.engine.citations): its [step N] citations and
+    # the figures it states that appear in no step's result. None until an answer is checked.
+    answer_check = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
 
     budget_usd = models.DecimalField(max_digits=12, decimal_places=6)
@@ -413,6 +416,7 @@ class RunEvent(models.Model):
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan
+        ANSWER_CHECKED = "answer_checked"  # its citations and figures, checked against results
         RUN_PARKED = "run_parked"
         MODEL_CALL_STARTED = "model_call_started"
         MODEL_CALL = "model_call"

@@ -454,6 +454,9 @@ def answer_for(goal: str, outcomes: list[Mapping[str, Any]]) -> str:
     }.get(kind or "", _listing_answer)(outcomes)
     if not headline:
         headline = _listing_answer(outcomes)
+    used = [o for o in outcomes if o.get("status") == "succeeded" and isinstance(o.get("id"), int)]
+    if used:
+        headline += " Sources: " + ", ".join(f"[step {o['id']}]" for o in used) + "."
     problems = " ".join(_problem_sentence(o) for o in outcomes if o.get("status") != "succeeded")
     return f"{headline}\n\n{problems}" if problems else headline
 

@@ -303,7 +303,11 @@ def answer_request(*, goal: str, plan: dict, outcomes: list[dict], model: str) -
         sections.append(_outcome_text(outcome, depends_on.get(outcome.get("id"), [])))
     if not outcomes:
         sections.append("(no steps ran)")
-    sections.append("Answer the goal from these results only.")
+    sections.append(
+        "Answer the goal from these results only. Cite the steps whose results you use as "
+        "[step N] (for example: the total is INR 92,800 [step 3]); cite only steps that "
+        "succeeded, and state no figure that is not in a step's result."
+    )
     return ModelRequest(
         model=model,
         system=ANSWER_SYSTEM,

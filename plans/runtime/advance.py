@@ -22,6 +22,7 @@ from plans.engine import (
     budget_problem,
     storable,
 )
+from plans.engine.citations import answer_check
 from plans.guards.budgets import author_daily_problem, rate_limit_wait
 from plans.guards.redaction import redact
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
@@ -289,7 +290,20 @@ class RunAdvancer:
             self._fail(f"the answer is incomplete: {incomplete}")
             return False
         self.recorder.event("answer_finished", text=self.run.answer)
+        self.check_answer(steps)
         return True
+
+    def check_answer(self, steps: dict[int, Step]) -> None:
+        """Mark the answer's citations valid or not and flag figures no step result holds."""
+        check = answer_check(self.run.answer, _outcomes(steps)).as_json()
+        self.run.answer_check = check
+        self.recorder.run_changed(answer_check=check)
+        self.recorder.event(
+            "answer_checked",
+            ok=check["ok"],
+            citations=check["citations"],
+            unsupported=check["unsupported"],
+        )
 
     def finish(self, status: str) -> str:
         self.run.status = status
