@@ -123,3 +123,38 @@ def test_reviewer_instructions_reach_the_replanner_delimited_as_data():
     text = request.messages[0]["content"]
     assert text.count("</reviewer_instructions>") == 1  # the closing tag inside was neutralised
     assert "A reviewer asked for changes" in text
+
+
+def test_a_whole_plan_sent_back_with_instructions_is_replanned_and_waits_again(
+    author, reviewer, client
+):
+    run = run_create(author=author, goal_text=REFUND_GOAL, require_plan_approval=True)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_PLAN_APPROVAL
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
+    assert 'name="decision" value="changes"' in page
+
+    client.post(
+        reverse("plans:plan_decide", args=[run.pk]),
+        {"decision": "changes", "reason": INSTRUCTIONS},
+    )
+
+    run.refresh_from_db()
+    v1, v2 = Plan.objects.filter(run=run).order_by("version")
+    assert v1.decision == Plan.Decision.REJECTED
+    assert v1.change_requests[0]["instructions"] == INSTRUCTIONS
+    assert v2.steps.get(step_id=2).args["amount_inr"] == 500
+    assert run.status == Run.Status.AWAITING_PLAN_APPROVAL
+    assert not Approval.objects.filter(run=run).exists()  # nothing ran
+
+
+def test_over_the_cap_the_plan_button_says_so(author, reviewer, client, settings):
+    settings.AGENTSITE_MAX_REPLANS = 0
+    run = run_create(author=author, goal_text=REFUND_GOAL, require_plan_approval=True)
+    advance_run(run.pk)
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
+    assert 'value="changes"' not in page
+    assert "used its 0 replans" in page

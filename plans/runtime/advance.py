@@ -140,6 +140,12 @@ class RunAdvancer:
             # A cancelled run skips its steps below rather than waiting for its plan's approval.
             if not cancelled and self._needs_plan_approval(plan_row):
                 if plan_row.decision == "rejected":
+                    replanned = self._replan_on_request(plan_row)
+                    if replanned is not None:
+                        plan_row = replanned
+                        continue
+                    if self.run.is_terminal:
+                        return self.run.status  # a model call ended the run (budget, error)
                     self.run.error = f"a reviewer rejected plan v{plan_row.version}: " + (
                         plan_row.decision_reason
                     )
@@ -166,6 +172,16 @@ class RunAdvancer:
         if not self._answer(plan_row, steps):
             return run.status
         return self.finish(final_status(steps.values()))
+
+    def _replan_on_request(self, plan_row: PlanRow) -> PlanRow | None:
+        """A plan a reviewer sent back with instructions: its valid replan, else None."""
+        steps = plan_steps(plan_row)
+        if not self._may_replan(plan_row, steps):
+            return None
+        replanned = self._replan(plan_row, steps)
+        if replanned is None or not replanned.is_valid:
+            return None
+        return replanned
 
     def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
         required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
-from plans.models import Approval, HumanQuestion, Run
+from plans.models import Approval, HumanQuestion, Plan, Run
 from plans.selectors.runs import run_visibility
 
 
@@ -44,3 +45,24 @@ def questions_waiting(user: User | AnonymousUser) -> list[HumanQuestion]:
             Q(audience="author", run__goal__author=user) | Q(audience__in=roles)
         )
     return list(waiting)
+
+
+def replans_left(run: Run) -> int:
+    """How many more replans the run may have (AGENTSITE_MAX_REPLANS per run)."""
+    used = Plan.objects.filter(run=run, source=Plan.Source.REPLAN).count()
+    return max(0, settings.AGENTSITE_MAX_REPLANS - used)
+
+
+def changes_refusal(run: Run) -> str:
+    """Why changes may not be requested for this run now, or "" if they may."""
+    if Plan.objects.filter(run=run, source=Plan.Source.FILE).exists():
+        return "This run's plan was given as a file: it is run as given, never replanned."
+    if run.goal.agent != "plan_execute":
+        return "Only plan-and-execute runs can be replanned."
+    if replans_left(run) == 0:
+        return (
+            f"The run has used its {settings.AGENTSITE_MAX_REPLANS} replan"
+            f"{'s' if settings.AGENTSITE_MAX_REPLANS != 1 else ''} (AGENTSITE_MAX_REPLANS): "
+            "approve or reject instead."
+        )
+    return ""

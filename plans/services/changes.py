@@ -7,39 +7,19 @@ text; the new version waits for a reviewer's approval of the plan, its diff on t
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import unstorable_in
 from plans.models import Approval, Plan, Run
+from plans.roles import four_eyes_forbids
 from plans.runtime.events import append_events
 from plans.runtime.tasks import run_enqueue
+from plans.selectors.approvals import changes_refusal
 from plans.services.approvals import ApprovalRefused, approvals_decide, reviewer_check
 
 INSTRUCTIONS_MAX_CHARS = 2_000
-
-
-def replans_left(run: Run) -> int:
-    """How many more replans the run may have (AGENTSITE_MAX_REPLANS per run)."""
-    used = Plan.objects.filter(run=run, source=Plan.Source.REPLAN).count()
-    return max(0, settings.AGENTSITE_MAX_REPLANS - used)
-
-
-def changes_refusal(run: Run) -> str:
-    """Why changes may not be requested for this run now, or "" if they may."""
-    if Plan.objects.filter(run=run, source=Plan.Source.FILE).exists():
-        return "This run's plan was given as a file: it is run as given, never replanned."
-    if run.goal.agent != "plan_execute":
-        return "Only plan-and-execute runs can be replanned."
-    if replans_left(run) == 0:
-        return (
-            f"The run has used its {settings.AGENTSITE_MAX_REPLANS} replan"
-            f"{'s' if settings.AGENTSITE_MAX_REPLANS != 1 else ''} (AGENTSITE_MAX_REPLANS): "
-            "approve or reject instead."
-        )
-    return ""
 
 
 def changes_request(
@@ -48,14 +28,7 @@ def changes_request(
     """Decline these calls and have the run replanned with the reviewer's instructions."""
     reviewer_check(reviewer)
     assert reviewer is not None
-    instructions = instructions.strip()
-    if not instructions:
-        raise ApprovalRefused("Write the changes you want (for example “refund 500, not 5000”).")
-    if len(instructions) > INSTRUCTIONS_MAX_CHARS:
-        raise ApprovalRefused(f"Instructions may be at most {INSTRUCTIONS_MAX_CHARS:,} characters.")
-    unstorable = unstorable_in(instructions)
-    if unstorable is not None:
-        raise ApprovalRefused(f"The instructions hold text that cannot be stored: {unstorable}.")
+    instructions = _instructions_clean(instructions)
     runs = {approval.run_id for approval in approvals}
     if len(runs) != 1:
         raise ApprovalRefused("Request changes for the steps of one run at a time.")
@@ -87,3 +60,67 @@ def changes_request(
         if run.status == Run.Status.AWAITING_APPROVAL:
             run_enqueue(run.pk)
     return decided
+
+
+def plan_changes_request(*, plan: Plan, reviewer: User | None, instructions: str) -> Plan:
+    """Send a whole plan awaiting approval back with instructions: it is declined and the run
+    replans with them (within AGENTSITE_MAX_REPLANS); the new version waits for approval."""
+    reviewer_check(reviewer)
+    assert reviewer is not None
+    instructions = _instructions_clean(instructions)
+    with transaction.atomic():
+        locked = (
+            Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
+        )
+        run = locked.run
+        if locked.decision or run.status != Run.Status.AWAITING_PLAN_APPROVAL:
+            raise ApprovalRefused("This plan is not waiting for a decision.")
+        if four_eyes_forbids(run=run, reviewer=reviewer, via="web"):
+            raise ApprovalRefused(
+                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
+            )
+        refusal = changes_refusal(run)
+        if refusal:
+            raise ApprovalRefused(refusal)
+        request = {
+            "step": None,
+            "tool": "",
+            "instructions": instructions,
+            "reviewer": reviewer.get_username(),
+            "at": timezone.now().isoformat(),
+        }
+        locked.change_requests = [*locked.change_requests, request]
+        locked.decision = Plan.Decision.REJECTED
+        locked.decided_by = reviewer
+        locked.decision_reason = f"changes requested: {instructions}"
+        locked.decided_at = timezone.now()
+        locked.save()
+        append_events(
+            run.pk,
+            [
+                ("changes_requested", {**request, "version": locked.version}),
+                (
+                    "plan_decided",
+                    {
+                        "version": locked.version,
+                        "decision": locked.decision,
+                        "reviewer": reviewer.get_username(),
+                        "reason": locked.decision_reason,
+                    },
+                ),
+            ],
+        )
+        run_enqueue(run.pk)
+    return locked
+
+
+def _instructions_clean(instructions: str) -> str:
+    instructions = instructions.strip()
+    if not instructions:
+        raise ApprovalRefused("Write the changes you want (for example “refund 500, not 5000”).")
+    if len(instructions) > INSTRUCTIONS_MAX_CHARS:
+        raise ApprovalRefused(f"Instructions may be at most {INSTRUCTIONS_MAX_CHARS:,} characters.")
+    unstorable = unstorable_in(instructions)
+    if unstorable is not None:
+        raise ApprovalRefused(f"The instructions hold text that cannot be stored: {unstorable}.")
+    return instructions

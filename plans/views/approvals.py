@@ -17,12 +17,13 @@ from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Run, Step
 from plans.selectors.approvals import (
     approvals_waiting,
+    changes_refusal,
     pending_approvals_count,
     questions_waiting,
 )
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
-from plans.services.changes import changes_refusal, changes_request
+from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.views.forms import RoundDecisionForm
 from plans.views.params import SignedInRequest

@@ -66,7 +66,10 @@ class RoundDecisionForm(VerdictForm):
 
 
 class PlanDecisionForm(VerdictForm):
-    """A reviewer's verdict on a whole plan (the plan-approval policy)."""
+    """A reviewer's verdict on a whole plan (the plan-approval policy), or instructions for a
+    replan (the reason box holds them)."""
+
+    decision = forms.ChoiceField(choices=[*VERDICTS, ("changes", "Request changes")])
 
 
 class QuestionAnswerForm(forms.Form):

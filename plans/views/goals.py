@@ -22,6 +22,7 @@ from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
 from plans.selectors.audit import plan_diff_from_parent
 from plans.services.approvals import ApprovalRefused
+from plans.services.changes import plan_changes_request
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
@@ -126,9 +127,12 @@ def plan_decide_view(request: SignedInRequest, run_id: int) -> HttpResponse:
     status, error = 200, ""
     approve, reason = form.approve, form.cleaned_data["reason"]
     try:
-        plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
+        if form.changes:
+            plan_changes_request(plan=plan, reviewer=request.user, instructions=reason)
+        else:
+            plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
     except ApprovalRefused as refused:
-        status, error = refusal_status(request, approve, reason), str(refused)
+        status, error = refusal_status(request, approve or form.changes, reason), str(refused)
     run.refresh_from_db()
     if request.htmx:
         context = {"run": run, "plan_error": error}
