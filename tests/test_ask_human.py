@@ -174,3 +174,34 @@ def test_the_inbox_shows_the_question_and_takes_the_answer(client, author):
 )
 def test_an_answer_is_a_number_when_it_reads_as_one(typed, value):
     assert answer_value(typed) == value
+
+
+def test_a_react_run_can_ask_a_person_and_the_next_turn_sees_the_answer(author, monkeypatch):
+    import json
+
+    from plans.llm import offline
+    from plans.models import Goal
+
+    seen = []
+    replies = iter(
+        [
+            json.dumps({"tool": "ask_human", "args": {"question": "Which item?"}}),
+            json.dumps({"answer": "You chose the iPhone 16."}),
+        ]
+    )
+
+    def scripted(goal, outcomes, *, final=False):
+        seen.append([(o["tool"], o["status"], o["result"]) for o in outcomes])
+        return next(replies)
+
+    monkeypatch.setattr(offline, "react_turn", scripted)
+    run = run_create(author=author, goal_text="pick one", agent=Goal.Agent.REACT)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+
+    question_answer(question=HumanQuestion.objects.get(run=run), user=author, answer="iPhone 16")
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED
+    assert seen[-1] == [("ask_human", "succeeded", "iPhone 16")]
