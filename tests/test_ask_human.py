@@ -205,3 +205,11 @@ def test_a_react_run_can_ask_a_person_and_the_next_turn_sees_the_answer(author, 
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED
     assert seen[-1] == [("ask_human", "succeeded", "iPhone 16")]
+
+
+def test_the_nav_badge_counts_the_questions_a_person_is_asked(author, outsider):
+    from plans.selectors.approvals import pending_approvals_count
+
+    start(author, ask_plan(question="Pick a number"))
+    assert pending_approvals_count(author) == 1
+    assert pending_approvals_count(outsider) == 0

@@ -23,10 +23,14 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
 
 
 def pending_approvals_count(user: User | AnonymousUser) -> int:
-    """What the nav badge shows: approvals a reviewer could act on (0 for everyone else)."""
-    if not user.is_authenticated or not user.has_perm("plans.decide_approval"):
+    """What the nav badge shows: approvals a reviewer could act on, and questions this person
+    is asked (ask_human steps waiting for them)."""
+    if not user.is_authenticated:
         return 0
-    return approvals_waiting(user).count()
+    asked = len(questions_waiting(user))
+    if not user.has_perm("plans.decide_approval"):
+        return asked
+    return asked + approvals_waiting(user).count()
 
 
 def questions_waiting(user: User | AnonymousUser) -> list[HumanQuestion]:
