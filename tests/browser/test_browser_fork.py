@@ -6,9 +6,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from plans.llm.offline import REFUND_GOAL
-
 pytestmark = pytest.mark.browser
+
+# Orders of its own: the browser tests share one server and its refund ledger.
+REFUND_GOAL = "Refund order A-1003 for a damaged item"
 
 
 def test_a_fork_with_an_edited_argument_runs_and_asks_for_a_fresh_approval(sign_in, screenshot):
@@ -36,12 +37,12 @@ def test_a_fork_with_an_edited_argument_runs_and_asks_for_a_fresh_approval(sign_
     expect(preview).to_contain_text("the plan is not valid JSON")
     plan = {
         "steps": [
-            {"id": 1, "tool": "order_total", "args": {"order_id": "A-1003"}, "depends_on": []},
+            {"id": 1, "tool": "order_total", "args": {"order_id": "A-1004"}, "depends_on": []},
             {
                 "id": 2,
                 "tool": "issue_refund",
-                # A-1001 was refunded in full by the origin: the ledger would refuse more.
-                "args": {"order_id": "A-1003", "amount_inr": 100, "reason": "goodwill"},
+                # A-1003 was refunded in full by the origin: the ledger would refuse more.
+                "args": {"order_id": "A-1004", "amount_inr": 100, "reason": "goodwill"},
                 "depends_on": [1],
             },
         ]

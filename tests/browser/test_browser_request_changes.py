@@ -5,11 +5,11 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from plans.llm.offline import REFUND_GOAL
-
 pytestmark = pytest.mark.browser
 
-INSTRUCTIONS = "refund 500, not 2499"
+# An order of its own: the browser tests share one server and its refund ledger.
+REFUND_GOAL = "Refund order A-1004 for a damaged item"
+INSTRUCTIONS = "refund 500, not 21297"
 
 
 def test_changes_requested_on_a_refund_lead_to_a_smaller_approved_refund(sign_in, screenshot):
@@ -25,7 +25,7 @@ def test_changes_requested_on_a_refund_lead_to_a_smaller_approved_refund(sign_in
     reviewer = sign_in("reviewer")
     reviewer.goto(inbox)
     group = reviewer.locator(f"#group-{run_id}-2")
-    expect(group).to_contain_text('"amount_inr": 2499')
+    expect(group).to_contain_text('"amount_inr": 21297')
     group.get_by_label("Reason").fill(INSTRUCTIONS)
     group.get_by_role("button", name="Request changes", exact=True).click()
 
