@@ -98,6 +98,9 @@ class Run(models.Model):
     goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=24, choices=Status, default=Status.PLANNING)
     answer = models.TextField(blank=True)
+    # The mechanical check of the answer (plans.engine.citations): its [step N] citations and
+    # the figures it states that appear in no step's result. None until an answer is checked.
+    answer_check = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
 
     budget_usd = models.DecimalField(max_digits=12, decimal_places=6)
@@ -117,6 +120,19 @@ class Run(models.Model):
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
     model_call_count = models.PositiveIntegerField(default=0)
     round_count = models.PositiveIntegerField(default=0)
+
+    class Origin(models.TextChoices):
+        NONE = "", "new"
+        RERUN = "rerun", "re-run of"
+        FORK = "fork", "forked from"
+
+    # Lineage: the run this one re-runs (same goal, fresh plan) or forks (a plan version of it,
+    # maybe edited). Nothing of the origin carries over: results and approvals are its own.
+    origin = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="derived_runs"
+    )
+    origin_kind = models.CharField(max_length=10, choices=Origin, blank=True, default="")
+    origin_plan_version = models.PositiveIntegerField(null=True, blank=True)
 
     # Denormalised for the runs list: filter by tool without a join per row.
     tools_used = models.JSONField(default=list, blank=True)
@@ -236,6 +252,9 @@ class Plan(models.Model):
     )
     decision_reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Reviewers' requests for changes to this version: [{step, tool, instructions, reviewer,
+    # at}]. The next version is planned with them, delimited as reviewer text.
+    change_requests = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -356,13 +375,51 @@ class Approval(models.Model):
     def __str__(self) -> str:
         return f"{self.decision} {self.tool} for run {self.run_id}"
 
-    def authorises(self, *, tool: str, args: Mapping[str, Any]) -> bool:
-        """Approved, and bound to exactly this call: the last check before a destructive tool."""
+    def authorises(self, *, tool: str, args: Mapping[str, Any], step_id: int) -> bool:
+        """Approved, and bound to exactly this call of this step (so of this run): the last
+        check before a destructive tool."""
         return (
             self.decision == self.Decision.APPROVED
+            and self.step_id == step_id
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )
+
+
+class HumanQuestion(models.Model):
+    """A question an ``ask_human`` step put to a person; the answer becomes the step's result."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        ANSWERED = "answered"
+        EXPIRED = "expired"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="questions")
+    question = models.TextField()
+    choices = models.JSONField(default=list, blank=True)
+    # A role (a Django group's name) or "author": the run's author.
+    audience = models.CharField(max_length=150, default="author")
+    state = models.CharField(max_length=10, choices=State, default=State.PENDING)
+    answer = models.TextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="answered_questions",
+    )
+    asked_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step"], name="one_question_per_step"),
+        ]
+        indexes = [models.Index(fields=["state", "-asked_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.state} question for run {self.run_id}"
 
 
 class RunEvent(models.Model):
@@ -389,6 +446,10 @@ class RunEvent(models.Model):
         STEP_FINISHED = "step_finished"
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
+        QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
+        QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
+        CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan
+        ANSWER_CHECKED = "answer_checked"  # its citations and figures, checked against results
         RUN_PARKED = "run_parked"
         MODEL_CALL_STARTED = "model_call_started"
         MODEL_CALL = "model_call"

@@ -192,7 +192,7 @@ def test_the_tool_invoker_refuses_a_destructive_call_without_a_matching_approval
     spec = get_registry()["issue_refund"]
     args = {"order_id": "A-1001", "amount_inr": 10, "reason": "test"}
 
-    outcome = invoke_tool(spec, args, key="k1", approval=None)
+    outcome = invoke_tool(spec, args, key="k1", approval=None, step_pk=1)
 
     assert "no approval" in outcome.error
     assert not LedgerEntry.objects.exists()
@@ -210,6 +210,7 @@ def test_an_approval_for_other_arguments_does_not_open_the_gate(author, reviewer
         {"order_id": "A-1001", "amount_inr": 99999, "reason": "damaged item"},
         key="k2",
         approval=approval,
+        step_pk=approval.step_id,
     )
 
     assert "no approval" in outcome.error

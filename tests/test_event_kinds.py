@@ -46,3 +46,13 @@ def test_an_unknown_kind_is_refused_before_anything_is_written(author):
         append_events(run.pk, [("step_finished", {}), ("step_danced", {})])
 
     assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == before
+
+
+@pytest.mark.parametrize(
+    ("awaiting", "text"),
+    [([2, 3], "steps 2, 3"), ([4], "step 4"), ("plan v2", "plan v2")],
+)
+def test_a_parked_run_says_what_it_waits_for_whether_steps_or_a_plan(awaiting, text):
+    event = {"kind": "run_parked", "payload": {"awaiting": awaiting}}
+    rendered = render_to_string("plans/run_detail.html#timeline_item", {"event": event})
+    assert f"Waiting for a decision on {text}" in " ".join(rendered.split())

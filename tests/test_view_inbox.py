@@ -297,7 +297,8 @@ def test_the_goals_author_cannot_approve_it_under_four_eyes(client, reviewer):
 
     approval.refresh_from_db()
     assert "under the four-eyes rule another reviewer must decide it" in page
-    assert page.count(f'disabled aria-describedby="four-eyes-{run.pk}-') == 2  # both buttons
+    # Request changes, Reject and Approve alike
+    assert page.count(f'disabled aria-describedby="four-eyes-{run.pk}-') == 3
     assert response.status_code == 409
     assert "Four-eyes rule" in response.content.decode()
     assert approval.decision == Approval.Decision.PENDING

@@ -74,7 +74,7 @@ def _tool_calls(run: Run) -> tuple[ToolCallRecord, ...]:
             tool=call.tool,
             destructive=call.step.destructive,
             approved=any(
-                a.authorises(tool=call.tool, args=call.args)
+                a.authorises(tool=call.tool, args=call.args, step_id=call.step_id)
                 for a in approvals.get(call.step_id, [])
             ),
         )

@@ -17,8 +17,23 @@ OFFLINE_MODEL_NAME = "offline"
 PRICE_GOAL = "Total price of an iPhone 16 and AirPods 4 in INR"
 TRIP_GOAL = "Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights"
 REFUND_GOAL = "Refund order A-1001 for a damaged item"
+CONFIRMED_REFUND_GOAL = "Refund order A-1002 for a late delivery once I confirm the amount"
 RESEARCH_GOAL = "What makes plan-and-execute agents cheaper than ReAct?"
-OFFLINE_DEMO_GOALS: list[str] = [PRICE_GOAL, TRIP_GOAL, REFUND_GOAL, RESEARCH_GOAL]
+OFFLINE_DEMO_GOALS: list[str] = [
+    PRICE_GOAL,
+    TRIP_GOAL,
+    REFUND_GOAL,
+    CONFIRMED_REFUND_GOAL,
+    RESEARCH_GOAL,
+]
+# A reviewer's "refund 500, not 2499" (the first amount named is the one wanted).
+_REQUESTED_AMOUNT = re.compile(r"(?:INR|₹|rs\.?|refund|amount)?\s*(\d[\d,]*)", re.IGNORECASE)
+# "... once I confirm the amount": a person confirms the amount (ask_human) before the refund.
+_CONFIRM = re.compile(
+    r"[\s,]*\b(?:once|after|when|but)\s+(?:I|we|you)\s+(?:confirm|check|ask)\b.*$",
+    re.IGNORECASE,
+)
+
 
 # Bookings need a name the goal rarely gives; the reviewer sees (and may edit) it before approval.
 DEFAULT_TRAVELLER = "Demo Traveller"
@@ -71,7 +86,10 @@ class OfflineModel:
             raise ModelError("The offline model needs the goal in the request's metadata.")
         if request.purpose in ("plan", "replan"):
             # A repair request gets the same plan: the demo plans are valid as they stand.
-            return json.dumps(plan_for_goal(goal), ensure_ascii=False)
+            changes = request.metadata.get("change_requests") or []
+            instructions = " ".join(str(c.get("instructions", "")) for c in changes)
+            plan = plan_for_goal(goal, instructions=instructions) if instructions else None
+            return json.dumps(plan or plan_for_goal(goal), ensure_ascii=False)
         if request.purpose == "answer":
             return answer_for(goal, list(request.metadata.get("outcomes") or []))
         if request.purpose == "judge":
@@ -107,9 +125,15 @@ def goal_kind(goal: str) -> str | None:
     return None
 
 
-def plan_for_goal(goal: str) -> dict[str, Any]:
-    """The plan JSON the offline model replies with; no steps and a reason for other goals."""
+def plan_for_goal(goal: str, *, instructions: str = "") -> dict[str, Any]:
+    """The plan JSON the offline model replies with; no steps and a reason for other goals.
+
+    A reviewer's instructions naming an amount ("refund 500, not 2499") set a refund's amount.
+    """
     kind = goal_kind(goal)
+    amount = _REQUESTED_AMOUNT.search(instructions)
+    if kind == "refund" and amount:
+        return _refund_plan(goal, amount=int(amount.group(1).replace(",", "")))
     if kind == "price":
         return _price_plan(goal)
     if kind == "trip":
@@ -211,7 +235,10 @@ def _trip_plan(goal: str) -> dict[str, Any]:
     }
 
 
-def _refund_plan(goal: str) -> dict[str, Any]:
+def _refund_plan(goal: str, *, amount: int | None = None) -> dict[str, Any]:
+    confirm = _CONFIRM.search(goal)
+    if confirm:
+        goal = goal[: confirm.start()]
     match = _ORDER_ID.search(goal)
     assert match is not None  # goal_kind checked it
     order_id = match.group(1).upper()
@@ -220,6 +247,31 @@ def _refund_plan(goal: str) -> dict[str, Any]:
     )
     reason = reason_match.group(1) if reason_match else DEFAULT_REFUND_REASON
     customer = f"customer-{order_id.lower().replace('-', '')}@example.com"
+    if confirm and amount is None:
+        return _confirmed_refund_plan(order_id, reason, customer)
+    if amount is not None:
+        return {
+            "steps": [
+                _step(1, "order_total", {"order_id": order_id}, []),
+                _step(
+                    2,
+                    "issue_refund",
+                    {"order_id": order_id, "amount_inr": amount, "reason": reason},
+                    [1],
+                ),
+                _step(
+                    3,
+                    "send_email",
+                    {
+                        "to": customer,
+                        "subject": "Your refund",
+                        "body": f"We refunded INR {amount} for order {order_id}. "
+                        "Reference: {{2}}",
+                    },
+                    [2],
+                ),
+            ]
+        }
     return {
         "steps": [
             _step(1, "order_total", {"order_id": order_id}, []),
@@ -239,6 +291,33 @@ def _refund_plan(goal: str) -> dict[str, Any]:
                     "Reference: {{2.reference}}",
                 },
                 [1, 2],
+            ),
+        ]
+    }
+
+
+def _confirmed_refund_plan(order_id: str, reason: str, customer: str) -> dict[str, Any]:
+    """The author confirms the amount (an ask_human step) before anything is refunded."""
+    question = f"Order {order_id} totals INR {{{{1}}}}. How many rupees should be refunded?"
+    return {
+        "steps": [
+            _step(1, "order_total", {"order_id": order_id}, []),
+            _step(2, "ask_human", {"question": question, "audience": "author"}, [1]),
+            _step(
+                3,
+                "issue_refund",
+                {"order_id": order_id, "amount_inr": "{{2}}", "reason": reason},
+                [2],
+            ),
+            _step(
+                4,
+                "send_email",
+                {
+                    "to": customer,
+                    "subject": "Your refund",
+                    "body": f"We refunded INR {{{{2}}}} for order {order_id}. Reference: {{{{3}}}}",
+                },
+                [2, 3],
             ),
         ]
     }
@@ -382,6 +461,9 @@ def answer_for(goal: str, outcomes: list[Mapping[str, Any]]) -> str:
     }.get(kind or "", _listing_answer)(outcomes)
     if not headline:
         headline = _listing_answer(outcomes)
+    used = [o for o in outcomes if o.get("status") == "succeeded" and isinstance(o.get("id"), int)]
+    if used:
+        headline += " Sources: " + ", ".join(f"[step {o['id']}]" for o in used) + "."
     problems = " ".join(_problem_sentence(o) for o in outcomes if o.get("status") != "succeeded")
     return f"{headline}\n\n{problems}" if problems else headline
 

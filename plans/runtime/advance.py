@@ -22,6 +22,7 @@ from plans.engine import (
     budget_problem,
     storable,
 )
+from plans.engine.citations import answer_check
 from plans.guards.budgets import author_daily_problem, rate_limit_wait
 from plans.guards.redaction import redact
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
@@ -141,6 +142,12 @@ class RunAdvancer:
             # A cancelled run skips its steps below rather than waiting for its plan's approval.
             if not cancelled and self._needs_plan_approval(plan_row):
                 if plan_row.decision == "rejected":
+                    replanned = self._replan_on_request(plan_row)
+                    if replanned is not None:
+                        plan_row = replanned
+                        continue
+                    if self.run.is_terminal:
+                        return self.run.status  # a model call ended the run (budget, error)
                     self.run.error = f"a reviewer rejected plan v{plan_row.version}: " + (
                         plan_row.decision_reason
                     )
@@ -156,7 +163,7 @@ class RunAdvancer:
                 return Run.Status.AWAITING_APPROVAL
             if self.cancel_known:  # read afresh as the steps ended
                 return self.finish(Run.Status.CANCELLED)  # no replan, no answer
-            if not self._may_replan(steps):
+            if not self._may_replan(plan_row, steps):
                 break
             replanned = self._replan(plan_row, steps)
             if replanned is None:
@@ -168,8 +175,22 @@ class RunAdvancer:
             return run.status
         return self.finish(final_status(steps.values()))
 
+    def _replan_on_request(self, plan_row: PlanRow) -> PlanRow | None:
+        """A plan a reviewer sent back with instructions: its valid replan, else None."""
+        steps = plan_steps(plan_row)
+        if not self._may_replan(plan_row, steps):
+            return None
+        replanned = self._replan(plan_row, steps)
+        if replanned is None or not replanned.is_valid:
+            return None
+        return replanned
+
     def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
         required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval
+        if not required and plan_row.source == PlanRow.Source.REPLAN and plan_row.parent_id:
+            # Replanned on a reviewer's instructions: its diff is reviewed before anything runs.
+            parent = PlanRow.objects.filter(pk=plan_row.parent_id)
+            required = parent.exclude(change_requests=[]).exists()
         return required and plan_row.decision != "approved"
 
     def _park_for_plan_approval(self, plan_row: PlanRow) -> bool:
@@ -210,9 +231,15 @@ class RunAdvancer:
         self.lease.released = True
         return True
 
-    def _may_replan(self, steps: dict[int, Step]) -> bool:
-        """Replan a planner's plan after a failure, at most AGENTSITE_MAX_REPLANS times per run."""
-        if not any(step.status == Step.Status.FAILED for step in steps.values()):
+    def _may_replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> bool:
+        """Replan a planner's plan after a failure or a reviewer's request for changes, at most
+        AGENTSITE_MAX_REPLANS times per run."""
+        # Requested while the run was parked: read afresh.
+        plan_row.change_requests = (
+            PlanRow.objects.filter(pk=plan_row.pk).values_list("change_requests", flat=True).get()
+        )
+        failed = any(step.status == Step.Status.FAILED for step in steps.values())
+        if not failed and not plan_row.change_requests:
             return False
         if self.run.plans.filter(source="file").exists():
             return False  # a plan given by a person is run as given
@@ -220,12 +247,18 @@ class RunAdvancer:
 
     def _replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> PlanRow | None:
         failed = sorted(s.step_id for s in steps.values() if s.status == Step.Status.FAILED)
-        self.recorder.event("replan_started", version=plan_row.version, failed_steps=failed)
+        self.recorder.event(
+            "replan_started",
+            version=plan_row.version,
+            failed_steps=failed,
+            changes_requested=len(plan_row.change_requests),
+        )
         self.recorder.flush(wait=True)
         return plan_from_replanner(
             run=self.run,
             current=plan_row,
             outcomes=_outcomes(steps),
+            change_requests=plan_row.change_requests,
             call_model=self._call_model_and_flush,
             lease=self.lease,
         )
@@ -275,7 +308,20 @@ class RunAdvancer:
             self._fail(f"the answer is incomplete: {incomplete}")
             return False
         self.recorder.event("answer_finished", text=self.run.answer)
+        self.check_answer(steps)
         return True
+
+    def check_answer(self, steps: dict[int, Step]) -> None:
+        """Mark the answer's citations valid or not and flag figures no step result holds."""
+        check = answer_check(self.run.answer, _outcomes(steps)).as_json()
+        self.run.answer_check = check
+        self.recorder.run_changed(answer_check=check)
+        self.recorder.event(
+            "answer_checked",
+            ok=check["ok"],
+            citations=check["citations"],
+            unsupported=check["unsupported"],
+        )
 
     def finish(self, status: str) -> str:
         self.run.status = status

@@ -53,9 +53,11 @@ def approval_gate(*, step: Step, resolved_args: Mapping[str, Any]) -> GateDecisi
     return GateDecision(Verdict.APPROVED, latest)
 
 
-def approval_is_valid_for_call(approval: Approval | None, *, tool: str, args: Mapping) -> bool:
-    """The last check before a destructive tool runs: an approval bound to these exact args."""
-    return approval is not None and approval.authorises(tool=tool, args=args)
+def approval_is_valid_for_call(
+    approval: Approval | None, *, tool: str, args: Mapping, step_pk: int
+) -> bool:
+    """The last check before a destructive tool runs: an approval of this step, these args."""
+    return approval is not None and approval.authorises(tool=tool, args=args, step_id=step_pk)
 
 
 def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:

@@ -108,6 +108,7 @@ class ReactLoop:
         self.run.answer = answer
         self.recorder.run_changed(answer=answer)
         self.recorder.event("answer_finished", text=answer)
+        advancer.check_answer(steps)
         return advancer.finish(final_status(steps.values()))
 
 

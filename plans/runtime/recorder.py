@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from plans.guards.redaction import redact, redacted_json
-from plans.models import Approval, ModelCall, Step, ToolCall
+from plans.models import Approval, HumanQuestion, ModelCall, Step, ToolCall
 from plans.runtime.bulk import JSONText, insert_rows, update_rows
 from plans.runtime.events import append_events
 from plans.runtime.leases import Lease
@@ -41,6 +41,7 @@ class Batch:
     model_calls: list[ModelCall] = field(default_factory=list)
     started_model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
+    questions: list[HumanQuestion] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
     urgent: bool = False  # someone waits for it: commit without waiting for more
@@ -98,6 +99,10 @@ class RunRecorder:
     def approval_requested(self, approval: Approval) -> None:
         self._touch()
         self._batch.approvals.append(approval)
+
+    def question_asked(self, question: HumanQuestion) -> None:
+        self._touch()
+        self._batch.questions.append(question)
 
     def run_changed(self, **fields: Any) -> None:
         self._touch()
@@ -262,6 +267,8 @@ class _Writer:
                     ModelCall.objects.filter(pk=call.pk).update(**row)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+            if batch.questions:
+                HumanQuestion.objects.bulk_create(batch.questions)
         lease.extend_from(started)  # the fenced commit renewed the lease
 
 
@@ -280,6 +287,7 @@ def _merged(batches: list[Batch]) -> Batch:
         merged.model_calls += batch.model_calls
         merged.started_model_calls += batch.started_model_calls
         merged.approvals += batch.approvals
+        merged.questions += batch.questions
         merged.run_fields.update(batch.run_fields)
     merged.steps = list(steps.values())
     return merged

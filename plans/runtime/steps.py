@@ -36,7 +36,7 @@ from plans.engine import (
     unstorable_in,
 )
 from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
-from plans.models import Approval, Run, Step, ToolCall
+from plans.models import Approval, HumanQuestion, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
 from plans.runtime.events import LeaseLost
@@ -53,7 +53,9 @@ from plans.services.plans import (
     declined_calls,
     plan_to_engine,
 )
+from plans.services.questions import question_expired_error
 from plans.tools import ToolError, ToolSpec
+from plans.tools.builtin import ASK_HUMAN
 
 if TYPE_CHECKING:
     from plans.runtime.advance import RunAdvancer
@@ -76,12 +78,14 @@ class ToolOutcome:
 
 
 def invoke_tool(
-    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None
+    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None, step_pk: int
 ) -> ToolOutcome:
-    """Call a tool in a pool thread; a destructive one needs an approval of these exact args."""
+    """Call a tool in a pool thread; a destructive one needs an approval of these exact args
+    for this very step (step_pk): another step's or another run's approval never counts."""
     started_at = timezone.now()
     t0 = time.perf_counter()
-    if spec.destructive and not approval_is_valid_for_call(approval, tool=spec.name, args=args):
+    allowed = approval_is_valid_for_call(approval, tool=spec.name, args=args, step_pk=step_pk)
+    if spec.destructive and not allowed:
         refusal = f"{spec.name} is destructive and has no approval for these arguments"
         return ToolOutcome(None, refusal, key, started_at, 0.0)
     result: Any = None
@@ -360,6 +364,9 @@ class StepsExecution:
             )
             return
         call_hash = self.call_hashes[step_id] = args_sha256(step.tool, args)
+        if step.tool == ASK_HUMAN:
+            self._ask_human(step, args)
+            return
         if call_hash in self.reusable:
             # A pure tool, the same arguments, and no effect since that call began: not rerun.
             result, origin = self.reusable[call_hash]
@@ -445,6 +452,7 @@ class StepsExecution:
             args,
             key=key,
             approval=approval,
+            step_pk=step.pk,
             reply=self._reply,
         )
         self.inflight[call] = step.step_id
@@ -486,13 +494,63 @@ class StepsExecution:
             "approval_requested", step=step.step_id, tool=step.tool, round=step.round, args=args
         )
 
+    def _ask_human(self, step: Step, args: dict[str, Any]) -> None:
+        """A question for a person: its answer is the result; the run parks until it comes.
+
+        Never called as a tool and never reused: each ask_human step has its own question.
+        """
+        question = HumanQuestion.objects.filter(step=step).first()
+        if question is not None and question.state == HumanQuestion.State.ANSWERED:
+            step.started_at = step.started_at or question.asked_at
+            self.recorder.step_changed(step, "started_at")
+            self._finish_step(step, Outcome.SUCCEEDED, result=answer_value(question.answer))
+            return
+        if question is not None and question.state == HumanQuestion.State.EXPIRED:
+            self._finish_step(step, Outcome.FAILED, error=question_expired_error())
+            return
+        self.awaiting[step.step_id] = args
+        step.status = Step.Status.AWAITING_APPROVAL
+        self.recorder.step_changed(step, "status")
+        if question is not None:
+            return  # asked before this worker took the run: still waiting
+        choices = [str(choice) for choice in args.get("choices") or []]
+        audience = str(args.get("audience") or "author")
+        self.recorder.question_asked(
+            HumanQuestion(
+                run_id=self.run.pk,
+                step=step,
+                question=str(args["question"]),
+                choices=choices,
+                audience=audience,
+            )
+        )
+        self.recorder.event(
+            "question_asked",
+            step=step.step_id,
+            question=str(args["question"]),
+            choices=choices,
+            audience=audience,
+        )
+
     def _decided(self) -> list[int]:
-        """Steps awaiting approval whose latest approval has been decided."""
+        """Steps awaiting a person whose approval was decided or whose question was answered."""
+        asked = [step_id for step_id in self.awaiting if self.steps[step_id].tool == ASK_HUMAN]
+        answered = set(
+            HumanQuestion.objects.filter(step__in=[self.steps[step_id].pk for step_id in asked])
+            .exclude(state=HumanQuestion.State.PENDING)
+            .values_list("step__step_id", flat=True)
+            if asked
+            else ()
+        )
         return [
             step_id
             for step_id, args in sorted(self.awaiting.items())
-            if approval_gate(step=self.steps[step_id], resolved_args=args).verdict
-            in (Verdict.APPROVED, Verdict.REJECTED)
+            if step_id in answered
+            or (
+                step_id not in asked
+                and approval_gate(step=self.steps[step_id], resolved_args=args).verdict
+                in (Verdict.APPROVED, Verdict.REJECTED)
+            )
         ]
 
     def _apply_decisions(self, pool: ToolThreads) -> bool:
@@ -808,6 +866,20 @@ class StepsExecution:
         self.round_left[round_no] -= 1
         if self.round_left[round_no] == 0:
             self.recorder.event("round_finished", round=round_no)
+
+
+def answer_value(answer: str) -> Any:
+    """A person's answer as a step result: a number when it reads as one, else the text."""
+    text = answer.strip().replace(",", "")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return answer
+    return number if math.isfinite(number) else answer
 
 
 def _destructive_keys(run_id: int) -> dict[str, int]:

@@ -33,7 +33,7 @@ TASK_PATH = "plans.runtime.tasks.advance_run_task"
 ACTIVE = (Run.Status.PLANNING, Run.Status.RUNNING)
 PARKED = (Run.Status.AWAITING_APPROVAL, Run.Status.AWAITING_PLAN_APPROVAL)
 # Events that give a parked run something to do.
-WAKE_KINDS = ("approval_decided", "plan_decided", "cancel_requested")
+WAKE_KINDS = ("approval_decided", "question_answered", "plan_decided", "cancel_requested")
 # Any constant shared by every agentsite process: pg_try_advisory_xact_lock's key.
 SWEEP_LOCK_KEY = 7_160_372_511
 # The shortest sleep when the next lease falls due very soon.
@@ -55,8 +55,10 @@ def sweep_once() -> list[int]:
     """
     from plans.runtime.tasks import advance_run_task
     from plans.services.approvals import approvals_expire
+    from plans.services.questions import questions_expire
 
     approvals_expire()
+    questions_expire()
     with transaction.atomic():
         if not _sweep_lock():
             return []  # another process is sweeping right now

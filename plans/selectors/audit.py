@@ -253,6 +253,10 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             "id": run.pk,
             "status": run.status,
             "answer": run.answer,
+            "answer_check": run.answer_check,
+            "origin": run.origin_id,
+            "origin_kind": run.origin_kind,
+            "origin_plan_version": run.origin_plan_version,
             "error": run.error,
             "budget_usd": run.budget_usd,
             "budget_tokens": run.budget_tokens,
@@ -391,3 +395,17 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             )
         ),
     }
+
+
+def plan_diff_from_parent(plan: Plan | None) -> PlanDiff | None:
+    """How a replanned version differs from the one it replaced (None for a first version)."""
+    if plan is None or plan.parent_id is None:
+        return None
+    parent = Plan.objects.filter(pk=plan.parent_id).first()
+    if parent is None:
+        return None
+    return PlanDiff(
+        old_version=parent.version,
+        new_version=plan.version,
+        changes=plan_diff(list(parent.steps.all()), list(plan.steps.all())),
+    )

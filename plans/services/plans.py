@@ -153,8 +153,10 @@ def plan_from_replanner(
     outcomes: list[dict[str, Any]],
     call_model: Callable[[ModelRequest], Completion | None],
     lease: Lease | None,
+    change_requests: list[dict[str, Any]] | None = None,
 ) -> Plan | None:
-    """A new plan version after failures; None if a model call ended the run."""
+    """A new plan version after failures or reviewers' requests for changes; None if a model
+    call ended the run."""
     max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
     request = replan_request(
         goal=run.goal.text,
@@ -163,6 +165,7 @@ def plan_from_replanner(
         model=model_for("replan"),
         plan={"steps": [_step_json(step) for step in current.steps.all()]},
         outcomes=outcomes,
+        change_requests=change_requests or [],
     )
     completion = call_model(request)
     if completion is None:

@@ -146,3 +146,12 @@ def folded_json(value: Any, *key_parts: Any) -> SafeString:
         text=text,
         size=size,
     )
+
+
+@register.filter
+def waiting_for(awaiting: Any) -> str:
+    """What a parked run waits on: steps (a list of ids) or a plan ("plan v2")."""
+    if isinstance(awaiting, list):
+        ids = ", ".join(str(step) for step in awaiting)
+        return f"step{'s' if len(awaiting) != 1 else ''} {ids}"
+    return str(awaiting)

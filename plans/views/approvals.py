@@ -18,10 +18,13 @@ from plans.selectors.approvals import (
     INBOX_RUNS,
     approvals_waiting,
     approvals_waiting_first,
+    changes_refusal,
     pending_approvals_count,
+    questions_waiting,
 )
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
+from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
@@ -45,6 +48,7 @@ class DecisionGroup:
     cards: list[ApprovalCard] = field(default_factory=list)
     error: str = ""
     reason: str = ""  # what the reviewer typed, shown again with a refusal
+    changes_refused: str = ""  # why "Request changes" is not offered ("" if it is)
 
     @property
     def key(self) -> str:
@@ -72,6 +76,7 @@ def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
         "may_decide": request.user.has_perm("plans.decide_approval"),
+        "questions": questions_waiting(request.user),
     }
 
 
@@ -119,7 +124,12 @@ def decide(request: SignedInRequest) -> HttpResponse:
     elif approve:
         edited, error = _parse_edits(chosen, drafts)
         status = 422 if error else 200
-    if not error:
+    if not error and form.changes:
+        try:
+            changes_request(approvals=chosen, reviewer=request.user, instructions=reason)
+        except ApprovalRefused as refused:
+            error, status = str(refused), 403 if not may_decide(request) else 409
+    elif not error:
         try:
             approvals_decide(
                 approvals=chosen,
@@ -142,6 +152,8 @@ def decide(request: SignedInRequest) -> HttpResponse:
                 return shown
         if error:
             messages.error(request, error)
+        elif form.changes:
+            messages.success(request, "Changes requested: the run replans with your instructions.")
         else:
             verb = "Approved" if approve else "Rejected"
             messages.success(request, f"{verb} {len(chosen)} step{pluralize(len(chosen))}.")
@@ -189,8 +201,12 @@ def decision_groups(
                 effect=effect_line(approval.tool, approval.args),
             )
         )
+    refusals: dict[int, str] = {}
     for group in groups.values():
         group.cards.sort(key=lambda card: card.approval.step.step_id)
+        if group.run.pk not in refusals:
+            refusals[group.run.pk] = changes_refusal(group.run)
+        group.changes_refused = refusals[group.run.pk]
     return list(groups.values())
 
 
@@ -226,6 +242,10 @@ def _parse_edits(
         if args != approval.args:
             edited[approval.pk] = args
     return edited, ""
+
+
+def may_decide(request: SignedInRequest) -> bool:
+    return request.user.has_perm("plans.decide_approval")
 
 
 def refusal_status(request: SignedInRequest, approve: bool, reason: str) -> int:

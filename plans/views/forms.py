@@ -31,10 +31,16 @@ class VerdictForm(forms.Form):
     def approve(self) -> bool:
         return self.cleaned_data["decision"] == "approve"
 
+    @property
+    def changes(self) -> bool:
+        return self.cleaned_data["decision"] == "changes"
+
 
 class RoundDecisionForm(VerdictForm):
-    """The ticked destructive steps of one run's round, decided together."""
+    """The ticked destructive steps of one run's round, decided together; or sent back with
+    instructions for a replan (the reason box holds them)."""
 
+    decision = forms.ChoiceField(choices=[*VERDICTS, ("changes", "Request changes")])
     group = forms.CharField()
     # Ids not of this run and round are ignored by the view's query, not refused.
     approval = WholeNumbersField(required=False)
@@ -60,4 +66,18 @@ class RoundDecisionForm(VerdictForm):
 
 
 class PlanDecisionForm(VerdictForm):
-    """A reviewer's verdict on a whole plan (the plan-approval policy)."""
+    """A reviewer's verdict on a whole plan (the plan-approval policy), or instructions for a
+    replan (the reason box holds them)."""
+
+    decision = forms.ChoiceField(choices=[*VERDICTS, ("changes", "Request changes")])
+
+
+class QuestionAnswerForm(forms.Form):
+    """A person's answer to an ask_human question: a chosen choice, or typed text."""
+
+    answer = forms.CharField(required=False, strip=False)
+    choice = forms.CharField(required=False, strip=False)
+
+    @property
+    def text(self) -> str:
+        return self.cleaned_data["choice"] or self.cleaned_data["answer"]

@@ -22,8 +22,10 @@ from plans.models import Approval, Goal, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
 from plans.runtime.events import event_message
 from plans.selectors.approvals import step_decisions
+from plans.selectors.audit import plan_diff_from_parent
 from plans.selectors.runs import StepProgress
 from plans.services.approvals import ApprovalRefused
+from plans.services.changes import plan_changes_request
 from plans.services.plans import plan_current, plan_decide
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
@@ -128,9 +130,12 @@ def plan_decide_view(request: SignedInRequest, run_id: int) -> HttpResponse:
     status, error = 200, ""
     approve, reason = form.approve, form.cleaned_data["reason"]
     try:
-        plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
+        if form.changes:
+            plan_changes_request(plan=plan, reviewer=request.user, instructions=reason)
+        else:
+            plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
     except ApprovalRefused as refused:
-        status, error = refusal_status(request, approve, reason), str(refused)
+        status, error = refusal_status(request, approve or form.changes, reason), str(refused)
     run.refresh_from_db()
     if request.htmx:
         context = {"run": run, "plan_error": error}
@@ -176,6 +181,7 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
         "run": run,
         "plan": plan,
         "steps": steps,
+        "replan": replan_context(plan),
         "graph_svg": graph_svg(plan, steps),
         "status_colours": STATUS_COLOURS.items(),
         "totals": run_totals(run, steps),
@@ -236,15 +242,25 @@ def live_events_context(
         "plan": plan,
         "steps": steps,
         "plan_changed": plan_changed,
+        "replan": replan_context(plan) if plan_changed else {},
         "steps_changed": bool(touched) and not plan_changed,
         "graph_svg": graph_svg(plan, steps) if plan_changed or (touched and graph) else "",
         "status_colours": STATUS_COLOURS.items(),
-        "answer_changed": "answer_finished" in kinds,
+        "answer_changed": bool(kinds & {"answer_finished", "answer_checked"}),
         "totals": run_totals(run, steps),
         "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
+
+
+def replan_context(plan: Plan | None) -> dict[str, Any]:
+    """For a replanned version: its diff against the version it replaced, and the reviewers'
+    requests for changes that led to it (shown before anything of it runs)."""
+    diff = plan_diff_from_parent(plan)
+    if diff is None or plan is None or plan.parent is None:
+        return {}
+    return {"diff": diff, "change_requests": plan.parent.change_requests}
 
 
 def answer_delta_fragment(text: str) -> str:

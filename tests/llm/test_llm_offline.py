@@ -7,7 +7,7 @@ from plans.llm.base import ModelError, ModelRequest
 from plans.llm.offline import OFFLINE_DEMO_GOALS, OfflineModel
 from plans.llm.prompts import answer_request, planner_request, repair_request
 
-PRICE, TRIP, REFUND, RESEARCH = OFFLINE_DEMO_GOALS
+PRICE, TRIP, REFUND, CONFIRMED_REFUND, RESEARCH = OFFLINE_DEMO_GOALS
 CATALOG = [{"name": "price", "description": "d", "input_schema": {}, "destructive": False}]
 
 
@@ -45,11 +45,12 @@ def blocked(id, tool, args, reason):
     return not_ok(id, tool, args, "blocked", text)
 
 
-def test_there_are_four_demo_goals():
+def test_there_are_five_demo_goals():
     assert OFFLINE_DEMO_GOALS == [
         "Total price of an iPhone 16 and AirPods 4 in INR",
         "Book a trip from Bengaluru to Goa on 2026-12-19 for 2 nights",
         "Refund order A-1001 for a damaged item",
+        "Refund order A-1002 for a late delivery once I confirm the amount",
         "What makes plan-and-execute agents cheaper than ReAct?",
     ]
 
@@ -313,3 +314,16 @@ def test_a_request_without_a_goal_in_its_metadata_is_an_error():
     )
     with pytest.raises(ModelError, match="goal"):
         OfflineModel().complete(request)
+
+
+def test_the_confirmed_refund_goal_asks_the_author_for_the_amount_before_refunding_it():
+    steps = planned(CONFIRMED_REFUND)["steps"]
+    assert [s["tool"] for s in steps] == ["order_total", "ask_human", "issue_refund", "send_email"]
+    assert steps[1]["args"]["audience"] == "author"
+    assert "{{1}}" in steps[1]["args"]["question"]
+    assert steps[2]["args"] == {
+        "order_id": "A-1002",
+        "amount_inr": "{{2}}",
+        "reason": "late delivery",
+    }
+    assert steps[2]["depends_on"] == [2]

@@ -12,6 +12,7 @@ from plans.tools import (
 )
 
 BUILT_INS = {
+    "ask_human",
     "book_flight",
     "book_hotel",
     "calculator",

@@ -1,0 +1,125 @@
+"""Where ask_human questions are answered by a person, or expire unanswered.
+
+The executor's side (asking, parking, turning the answer into the step's result) is
+plans.runtime.steps; this module records people's answers and the time limit.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.utils import timezone
+
+from plans.engine import unstorable_in
+from plans.models import HumanQuestion, Run
+from plans.runtime.events import INBOX_GROUP, append_events, group_send
+from plans.runtime.tasks import run_enqueue
+
+ANSWER_MAX_CHARS = 10_000
+
+
+class AnswerRefused(Exception):
+    """An answer that cannot be recorded; the message says why, and nothing was changed."""
+
+
+def question_audience_includes(*, question: HumanQuestion, user: User | AnonymousUser) -> bool:
+    """May this person answer? The run's author, or a member of the question's role."""
+    if not user.is_authenticated:
+        return False
+    if question.audience == "author":
+        return question.run.goal.author_id == user.pk
+    return bool(user.is_superuser or user.groups.filter(name=question.audience).exists())
+
+
+def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answer: str) -> None:
+    """Record a person's answer; the run continues with it as the step's result."""
+    answer = answer.strip()
+    if not answer:
+        raise AnswerRefused("Type an answer (or pick a choice) first.")
+    if len(answer) > ANSWER_MAX_CHARS:
+        raise AnswerRefused(f"An answer may be at most {ANSWER_MAX_CHARS:,} characters.")
+    unstorable = unstorable_in(answer)
+    if unstorable is not None:
+        raise AnswerRefused(f"The answer holds text that cannot be stored: {unstorable}.")
+    with transaction.atomic():
+        locked = (
+            HumanQuestion.objects.select_for_update(of=("self",))
+            .select_related("run__goal", "step", "answered_by")
+            .get(pk=question.pk)
+        )
+        if not question_audience_includes(question=locked, user=user):
+            who = "the run's author" if locked.audience == "author" else f"the {locked.audience}"
+            raise AnswerRefused(f"This question is for {who}.")
+        if locked.state != HumanQuestion.State.PENDING:
+            raise AnswerRefused(f"This question was already {locked.state}; an answer is final.")
+        if locked.run.is_terminal or locked.run.cancel_requested:
+            raise AnswerRefused(f"The run has ended ({locked.run.status}); nothing to answer.")
+        if locked.choices and answer not in locked.choices:
+            raise AnswerRefused("Pick one of the choices: " + ", ".join(locked.choices) + ".")
+        assert isinstance(user, User)
+        locked.state = HumanQuestion.State.ANSWERED
+        locked.answer = answer
+        locked.answered_by = user
+        locked.answered_at = timezone.now()
+        locked.save()
+        append_events(locked.run_id, [answered_event(locked)])
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+        if locked.run.status == Run.Status.AWAITING_APPROVAL:
+            run_enqueue(locked.run_id)
+
+
+def questions_expire() -> list[int]:
+    """Expire questions unanswered for AGENTSITE_APPROVAL_TTL_S; returns their runs' ids."""
+    cutoff = timezone.now() - timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
+    stale = list(
+        HumanQuestion.objects.filter(state=HumanQuestion.State.PENDING, asked_at__lt=cutoff)
+        .exclude(run__status__in=Run.TERMINAL)
+        .values_list("pk", flat=True)
+    )
+    runs: set[int] = set()
+    for question_id in stale:
+        with transaction.atomic():
+            question = (
+                HumanQuestion.objects.select_for_update(of=("self",))
+                .select_related("step", "run")
+                .get(pk=question_id)
+            )
+            if question.state != HumanQuestion.State.PENDING:
+                continue  # answered in the meantime
+            question.state = HumanQuestion.State.EXPIRED
+            question.answered_at = timezone.now()
+            question.save()
+            append_events(question.run_id, [answered_event(question)])
+            if question.run.status == Run.Status.AWAITING_APPROVAL:
+                run_enqueue(question.run_id)
+            runs.add(question.run_id)
+    if stale:
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return sorted(runs)
+
+
+def answered_event(question: HumanQuestion) -> tuple[str, dict[str, Any]]:
+    """The run event recording an answer, or that none came in time."""
+    payload: dict[str, Any] = {
+        "question": question.pk,
+        "step": question.step.step_id,
+        "state": question.state,
+        "at": question.answered_at.isoformat() if question.answered_at else None,
+    }
+    if question.state == HumanQuestion.State.ANSWERED:
+        assert question.answered_by is not None
+        payload["answer"] = question.answer
+        payload["answered_by"] = question.answered_by.get_username()
+    else:
+        payload["error"] = question_expired_error()
+    return ("question_answered", payload)
+
+
+def question_expired_error() -> str:
+    """The step error when nobody answered an ask_human question within the approval TTL."""
+    ttl = settings.AGENTSITE_APPROVAL_TTL_S
+    return f"no one answered the question within the time limit ({ttl:g} s); not asked again"

@@ -1,0 +1,64 @@
+"""The answer with its citations as links to the step panel and its unsupported figures marked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.urls import reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from plans.models import Run
+
+register = template.Library()
+
+
+@register.filter
+def cited_answer(run: Run) -> SafeString:
+    """run.answer as HTML: every piece of its text escaped, the check's findings marked up."""
+    answer = run.answer or ""
+    check: dict[str, Any] = run.answer_check or {}
+    marks: list[tuple[int, int, str]] = []
+    for citation in check.get("citations", []):
+        start, end = citation["start"], citation["end"]
+        text = answer[start:end]
+        html: str
+        if citation["valid"]:
+            url = reverse("plans:step_detail", args=[run.pk, citation["step"]])
+            html = format_html(
+                '<a class="citation" href="{}" hx-get="{}" hx-target="#step-panel">{}</a>',
+                url,
+                url,
+                text,
+            )
+        else:
+            html = format_html(
+                '<span class="citation citation-invalid" title="{}">{}</span>'
+                '<span class="figure-warning" role="note"> (citation not valid: {})</span>',
+                citation["reason"],
+                text,
+                citation["reason"],
+            )
+        marks.append((start, end, html))
+    for figure in check.get("unsupported", []):
+        start, end = figure["start"], figure["end"]
+        flagged = format_html(
+            '<mark class="unsupported-figure" title="{}">{}</mark>'
+            '<span class="figure-warning" role="note"> (in no step result)</span>',
+            "This figure appears in no step result",
+            answer[start:end],
+        )
+        marks.append((start, end, flagged))
+    if any(end > len(answer) for _, end, _ in marks):
+        return escape(answer)  # the check was of another text: show the answer plainly
+    pieces: list[str] = []
+    at = 0
+    for start, end, html in sorted(marks):
+        if start < at:
+            continue  # overlapping findings: the first one wins
+        pieces.append(escape(answer[at:start]))
+        pieces.append(html)
+        at = end
+    pieces.append(escape(answer[at:]))
+    return mark_safe("".join(pieces))  # noqa: S308  every piece was escaped above

@@ -1,0 +1,67 @@
+"""Run again and fork from a plan: a new run linked to the one it came from."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from plans.models import Plan
+from plans.roles import may_submit_goals
+from plans.services.forks import fork_preview, plan_json_of, run_fork, run_rerun
+from plans.services.runs import GoalRejected
+from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
+
+
+@require_POST
+def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
+    """The same goal, planned afresh, as a new run."""
+    origin = visible_run_or_404(request, run_id)
+    try:
+        run = run_rerun(origin=origin, author=request.user)
+    except GoalRejected as refused:
+        return HttpResponse(str(refused), status=403)
+    return redirect("plans:run_detail", run_id=run.pk)
+
+
+@require_http_methods(["GET", "POST"])
+def fork(request: SignedInRequest, run_id: int) -> HttpResponse:
+    """The plan version's JSON in an editor with its problems and a preview; POST runs it."""
+    origin = visible_run_or_404(request, run_id)
+    plans = list(Plan.objects.filter(run=origin, is_valid=True).order_by("version"))
+    asked = whole_number(request.GET.get("version", "") or request.POST.get("version", ""))
+    chosen = next((p for p in plans if p.version == asked), plans[-1] if plans else None)
+    error, status = "", 200
+    if request.method == "POST":
+        plan_text = request.POST.get("plan", "")
+        try:
+            run = run_fork(
+                origin=origin,
+                author=request.user,
+                plan_text=plan_text,
+                version=chosen.version if chosen else None,
+            )
+        except GoalRejected as refused:
+            error, status = str(refused), 422 if may_submit_goals(request.user) else 403
+        else:
+            return redirect("plans:run_detail", run_id=run.pk)
+    else:
+        plan_text = plan_json_of(chosen) if chosen else '{"steps": []}'
+    context = {
+        "run": origin,
+        "versions": plans,
+        "chosen": chosen,
+        "plan_text": plan_text,
+        "preview": fork_preview(origin=origin, plan_text=plan_text),
+        "error": error,
+        "may_submit": may_submit_goals(request.user),
+    }
+    return render(request, "plans/run_fork.html", context, status=status)
+
+
+@require_POST
+def fork_check(request: SignedInRequest, run_id: int) -> HttpResponse:
+    """Live validation as the plan is edited: the problems list and the preview."""
+    origin = visible_run_or_404(request, run_id)
+    preview = fork_preview(origin=origin, plan_text=request.POST.get("plan", ""))
+    return render(request, "plans/run_fork.html#fork_check", {"run": origin, "preview": preview})
