@@ -179,6 +179,12 @@
 
   // --- the approvals inbox: follow the count while nothing is being edited ---------------------
 
+  // A decision's answer can arrive after the pushes it caused (the run went on and asked again
+  // before the response was swapped in): look at the count again once the page has changed.
+  document.addEventListener("htmx:afterSettle", function () {
+    if (document.getElementById("inbox-list")) inboxChanged();
+  });
+
   function inboxChanged() {
     var list = document.getElementById("inbox-list");
     var badge = document.getElementById("pending-count");

@@ -235,3 +235,17 @@ def _explain_failure(test_name: str, contexts, log: Path | None) -> None:
             page.screenshot(path=str(path), full_page=True)
     if log is not None and log.exists():
         print(f"--- server log (last lines) ---\n{log.read_text()[-6000:]}")
+
+
+@pytest.fixture(autouse=True)
+def fresh_shop(manage):
+    """The shared server's shop forgets its refunds and bookings after each test.
+
+    Each run's refund is an effect of its own (idempotency keys are per run), so a second
+    test refunding the demo order in full would find it refunded already.
+    """
+    yield
+    cleared = manage(
+        "shell", "-c", "from plans.models import LedgerEntry; LedgerEntry.objects.all().delete()"
+    )
+    assert cleared.returncode == 0, cleared.stderr
