@@ -257,7 +257,7 @@ class RunAdvancer:
         return plan_from_replanner(
             run=self.run,
             current=plan_row,
-            outcomes=_outcomes(steps),
+            outcomes=step_outcomes(steps),
             change_requests=plan_row.change_requests,
             call_model=self._call_model_and_flush,
             lease=self.lease,
@@ -284,7 +284,7 @@ class RunAdvancer:
         request = answer_request(
             goal=self.run.goal.text,
             plan={"steps": [_step_json(s) for s in steps.values()]},
-            outcomes=_outcomes(steps),
+            outcomes=step_outcomes(steps),
             model=model_for("answer"),
         )
         run_id = self.run.pk
@@ -313,7 +313,7 @@ class RunAdvancer:
 
     def check_answer(self, steps: dict[int, Step]) -> None:
         """Mark the answer's citations valid or not and flag figures no step result holds."""
-        check = answer_check(self.run.answer, _outcomes(steps)).as_json()
+        check = answer_check(self.run.answer, step_outcomes(steps)).as_json()
         self.run.answer_check = check
         self.recorder.run_changed(answer_check=check)
         self.recorder.event(
@@ -525,7 +525,8 @@ class _DecisionRaced(Exception):
     pass
 
 
-def _outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:
+def step_outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:
+    """Each step's call and outcome, in step order: what the answer and replan prompts show."""
     return [
         {
             "id": s.step_id,

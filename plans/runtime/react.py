@@ -19,7 +19,7 @@ from plans.guards.redaction import redact
 from plans.llm import model_for
 from plans.llm.prompts import react_request
 from plans.models import Run, Step
-from plans.runtime.advance import RunAdvancer, final_status
+from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
 from plans.runtime.events import publish_text
 from plans.runtime.steps import StepsExecution
 from plans.services.plans import plan_current, plan_step_add, plan_steps, plan_store
@@ -77,7 +77,7 @@ class ReactLoop:
             request = react_request(
                 goal=run.goal.text,
                 catalog=self.catalog,
-                actions=_actions(steps),
+                actions=step_outcomes(steps),
                 model=model_for("act"),
                 final=final,
             )
@@ -110,21 +110,6 @@ class ReactLoop:
         self.recorder.event("answer_finished", text=answer)
         advancer.check_answer(steps)
         return advancer.finish(final_status(steps.values()))
-
-
-def _actions(steps: dict[int, Step]) -> list[dict[str, Any]]:
-    """Each call so far with its outcome, in order: what the next turn's prompt shows."""
-    return [
-        {
-            "id": step.step_id,
-            "tool": step.tool,
-            "args": step.resolved_args if step.resolved_args is not None else step.args,
-            "status": step.status,
-            "result": step.result,
-            "error": step.error,
-        }
-        for step in sorted(steps.values(), key=lambda s: s.step_id)
-    ]
 
 
 def _reply(text: str) -> tuple[dict[str, Any], str]:
