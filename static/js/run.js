@@ -185,6 +185,22 @@
     if (document.getElementById("inbox-list")) inboxChanged();
   });
 
+  // Show the new requests, keeping the groups just decided (their stamps say what happened).
+  function refreshInbox(list) {
+    var decided = Array.prototype.filter.call(
+      list.querySelectorAll("form.decision-group"),
+      function (group) { return !group.querySelector(".approval-card.is-pending"); }
+    );
+    htmx.ajax("GET", list.getAttribute("data-refresh-url"), { target: "#inbox-list", swap: "outerHTML" })
+      .then(function () {
+        var fresh = document.getElementById("inbox-list");
+        if (!fresh) return;
+        decided.reverse().forEach(function (group) {
+          if (!document.getElementById(group.id)) fresh.insertBefore(group, fresh.firstChild);
+        });
+      });
+  }
+
   function inboxChanged() {
     var list = document.getElementById("inbox-list");
     var badge = document.getElementById("pending-count");
@@ -197,7 +213,7 @@
       if (stale) stale.hidden = true;
     } else if (shown === 0) {
       // Nothing on the page can be lost: show the new requests.
-      htmx.ajax("GET", list.getAttribute("data-refresh-url"), { target: "#inbox-list", swap: "outerHTML" });
+      refreshInbox(list);
     } else if (stale) {
       stale.hidden = false; // never replace cards a reviewer may be editing
     }

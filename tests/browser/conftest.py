@@ -237,15 +237,26 @@ def _explain_failure(test_name: str, contexts, log: Path | None) -> None:
         print(f"--- server log (last lines) ---\n{log.read_text()[-6000:]}")
 
 
-@pytest.fixture(autouse=True)
-def fresh_shop(manage):
-    """The shared server's shop forgets its refunds and bookings after each test.
+CLEAN_SLATE = """
+import time
+from plans.models import LedgerEntry, Run
+from plans.services.runs import run_cancel
+for run in Run.objects.exclude(status__in=Run.TERMINAL).select_related("goal"):
+    run_cancel(run=run, user=None)
+deadline = time.monotonic() + 20
+while Run.objects.exclude(status__in=Run.TERMINAL).exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+LedgerEntry.objects.all().delete()
+"""
 
-    Each run's refund is an effect of its own (idempotency keys are per run), so a second
-    test refunding the demo order in full would find it refunded already.
+
+@pytest.fixture(autouse=True)
+def clean_slate(manage):
+    """After each test the shared server has nothing waiting and a shop that forgot its effects.
+
+    Later tests expect an empty inbox, and each run's refund is an effect of its own
+    (idempotency keys are per run): a second full refund of the demo order would be refused.
     """
     yield
-    cleared = manage(
-        "shell", "-c", "from plans.models import LedgerEntry; LedgerEntry.objects.all().delete()"
-    )
+    cleared = manage("shell", "-c", CLEAN_SLATE)
     assert cleared.returncode == 0, cleared.stderr
