@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja import Router
@@ -13,6 +12,7 @@ from plans.api.errors import ApiError, ErrorOut
 from plans.api.runs import run_out, run_url, visible_run
 from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
 from plans.models import Approval, Step
+from plans.roles import four_eyes_forbids
 from plans.selectors.approvals import approvals_waiting
 from plans.selectors.runs import run_visibility
 from plans.services.approvals import ApprovalRefused, approvals_decide
@@ -103,7 +103,7 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
     if missing:
         raise ApiError(404, "not_found", f"No such approval: {', '.join(missing)}.")
     chosen = [found[pk] for pk in ids]
-    if settings.AGENTSITE_FOUR_EYES and any(a.run.goal.author_id == reviewer.pk for a in chosen):
+    if any(four_eyes_forbids(run=a.run, reviewer=reviewer, via="api") for a in chosen):
         raise ApiError(
             403,
             "four_eyes",
@@ -170,7 +170,7 @@ def decide_plan(request: HttpRequest, run_id: int, body: PlanDecisionIn) -> dict
     run = visible_run(request, run_id)
     if not reviewer.has_perm("plans.decide_approval"):
         raise ApiError(403, "not_a_reviewer", "Only reviewers may decide (token role: reviewers).")
-    if settings.AGENTSITE_FOUR_EYES and run.goal.author_id == reviewer.pk:
+    if four_eyes_forbids(run=run, reviewer=reviewer, via="api"):
         raise ApiError(
             403,
             "four_eyes",

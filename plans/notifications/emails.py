@@ -16,6 +16,7 @@ from django.urls import reverse
 from plans.guards.redaction import redact
 from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
+from plans.roles import four_eyes_forbids
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -39,7 +40,7 @@ def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
         Q(is_superuser=True) | Q(user_permissions=perm) | Q(groups__permissions=perm),
         is_active=True,
     )
-    if settings.AGENTSITE_FOUR_EYES:
+    if settings.AGENTSITE_FOUR_EYES:  # roles.four_eyes_forbids, as a filter on people
         users = users.exclude(pk=run.goal.author_id)
     chosen = Q(notification_preference__approval_emails=wants)
     if wants == Prefs.EACH_ROUND:
@@ -121,7 +122,7 @@ def digest_email(user: User) -> Email | None:
     waiting = [
         a
         for a in approvals_waiting(user)
-        if not (settings.AGENTSITE_FOUR_EYES and a.run.goal.author_id == user.pk)
+        if not four_eyes_forbids(run=a.run, reviewer=user, via="web")
     ]
     if not waiting or not getattr(user, "email", ""):
         return None

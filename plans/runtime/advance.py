@@ -127,16 +127,7 @@ class RunAdvancer:
                 return run.status
             plan_row = plan_current(run)
             assert plan_row is not None
-        if run.started_at is None:
-            run.started_at = timezone.now()
-            self.recorder.run_changed(started_at=run.started_at)
-            self.recorder.event("run_started")
-        elif run.status == Run.Status.RUNNING:
-            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
-        else:
-            self.recorder.event("run_resumed")
-        if run.status != Run.Status.RUNNING:
-            self.set_status(Run.Status.RUNNING)
+        self.mark_running()
         while True:
             cancelled = self.cancel_known
             # A cancelled run skips its steps below rather than waiting for its plan's approval.
@@ -184,6 +175,20 @@ class RunAdvancer:
         if replanned is None or not replanned.is_valid:
             return None
         return replanned
+
+    def mark_running(self) -> None:
+        """The run starts, is taken up after a lost worker, or resumes: on record, and running."""
+        run = self.run
+        if run.started_at is None:
+            run.started_at = timezone.now()
+            self.recorder.run_changed(started_at=run.started_at)
+            self.recorder.event("run_started")
+        elif run.status == Run.Status.RUNNING:
+            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
+        else:
+            self.recorder.event("run_resumed")
+        if run.status != Run.Status.RUNNING:
+            self.set_status(Run.Status.RUNNING)
 
     def _needs_plan_approval(self, plan_row: PlanRow) -> bool:
         required = settings.AGENTSITE_REQUIRE_PLAN_APPROVAL or self.run.goal.require_plan_approval

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
 from plans import engine
 from plans.guards.redaction import redact
@@ -54,16 +53,7 @@ class ReactLoop:
                 source=REACT_SOURCE,
                 lease=advancer.lease,
             )
-        if run.started_at is None:
-            run.started_at = timezone.now()
-            self.recorder.run_changed(started_at=run.started_at)
-            self.recorder.event("run_started")
-        elif run.status == Run.Status.RUNNING:
-            self.recorder.event("run_recovered", reason="the previous worker's lease expired")
-        else:
-            self.recorder.event("run_resumed")
-        if run.status != Run.Status.RUNNING:
-            advancer.set_status(Run.Status.RUNNING)
+        advancer.mark_running()
         cap = react_max_steps()
         while True:
             steps = plan_steps(plan_row)
