@@ -10,13 +10,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import EmailMultiAlternatives
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from plans.models import Run
+from plans.models import Goal, Run
 from plans.notifications import emails
 from plans.notifications.catalog import FINISHED_EMAIL_STATUSES, KIND_TO_TYPE
 from plans.notifications.http import post
@@ -28,6 +29,7 @@ from plans.notifications.signing import (
     TIMESTAMP_HEADER,
     signature,
 )
+from plans.runtime.bulk import rows_where
 
 Status = Delivery.Status
 
@@ -37,27 +39,36 @@ def deliveries_for_events(run_id: int, events: list[dict[str, Any]]) -> list[Del
     typed = [(KIND_TO_TYPE[e["kind"]], e) for e in events if e["kind"] in KIND_TO_TYPE]
     if not typed:
         return []
-    run = Run.objects.select_related("goal__author").filter(pk=run_id).first()
+    endpoints = list(WebhookEndpoint.objects.filter(active=True))
+    # Most events are wanted by nobody: settle that before reading the run or building bodies
+    # (this thread shares the interpreter with every run's executor).
+    typed = [
+        (event_type, event)
+        for event_type, event in typed
+        if _may_email(event_type, event) or any(event_type in e.events for e in endpoints)
+    ]
+    if not typed:
+        return []
+    run = _run_with_author(run_id)
     if run is None:
         return []
     now = timezone.now()
     rows: list[Delivery] = []
-    endpoints = list(WebhookEndpoint.objects.filter(active=True))
     for event_type, event in typed:
-        body = webhook_body(run, event_type, event)
-        for endpoint in endpoints:
-            if event_type in endpoint.events:
-                rows.append(
-                    Delivery(
-                        channel=Delivery.Channel.WEBHOOK,
-                        endpoint=endpoint,
-                        event_id=body["id"],
-                        event_type=event_type,
-                        run=run,
-                        payload=body,
-                        next_attempt_at=now,
-                    )
-                )
+        subscribed = [endpoint for endpoint in endpoints if event_type in endpoint.events]
+        body = webhook_body(run, event_type, event) if subscribed else {}
+        rows += [
+            Delivery(
+                channel=Delivery.Channel.WEBHOOK,
+                endpoint=endpoint,
+                event_id=body["id"],
+                event_type=event_type,
+                run=run,
+                payload=body,
+                next_attempt_at=now,
+            )
+            for endpoint in subscribed
+        ]
         rows += _emails_for(run, event_type, event, now)
     created = []
     for row in rows:
@@ -68,6 +79,27 @@ def deliveries_for_events(run_id: int, events: list[dict[str, Any]]) -> list[Del
             continue  # its dedupe key is taken: that email is already on its way
         created.append(row)
     return created
+
+
+def _run_with_author(run_id: int) -> Run | None:
+    """The run, its goal and author, by prepared statements (the ORM's query building would be
+    most of this thread's time on a busy worker)."""
+    runs = rows_where(Run, id=run_id)
+    if not runs:
+        return None
+    run = runs[0]
+    (run.goal,) = rows_where(Goal, id=run.goal_id)
+    (run.goal.author,) = rows_where(get_user_model(), id=run.goal.author_id)
+    return run
+
+
+def _may_email(event_type: str, event: dict[str, Any]) -> bool:
+    """Whether _emails_for could want an email for this event, before reading anything."""
+    if event_type in ("approval.requested", "plan.approval_requested"):
+        return True
+    return (
+        event_type == "run.finished" and event["payload"].get("status") in FINISHED_EMAIL_STATUSES
+    )
 
 
 def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime) -> list[Delivery]:

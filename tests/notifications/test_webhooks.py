@@ -174,3 +174,25 @@ def test_a_backlog_for_a_dead_endpoint_does_not_crowd_out_the_others(author, rec
     [row] = settled(healthy)
     assert row.status == "delivered"
     assert len(receiver.at("/hang")) <= 2
+
+
+def test_events_nobody_wants_read_nothing_but_the_endpoints(author, receiver):
+    """The notifier shares the interpreter with every run: an event no endpoint subscribes to
+    and no email is about costs it one query, not the run's rows nor a webhook body."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from plans.notifications.deliveries import deliveries_for_events
+
+    endpoint(receiver, "/created", ["run.created"])
+    run = run_create(author=author, goal_text="What does an adapter cost?", plan_data=PRICE_PLAN)
+    cancelled = {"kind": "run_finished", "seq": 9, "at": "", "payload": {"status": "cancelled"}}
+    decided = {"kind": "plan_decided", "seq": 10, "at": "", "payload": {}}
+
+    with CaptureQueriesContext(connection) as queries:
+        assert deliveries_for_events(run.pk, [cancelled, decided]) == []
+    assert len(queries) == 1 and "webhookendpoint" in queries[0]["sql"].lower()
+
+    created = {"kind": "run_created", "seq": 1, "at": "", "payload": {}}
+    (row,) = deliveries_for_events(run.pk, [created, cancelled])
+    assert row.event_type == "run.created" and row.payload["data"]["run"]["goal"] == run.goal.text
