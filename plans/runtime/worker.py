@@ -16,6 +16,7 @@ runs that come back from a wait take free slots before new runs are claimed.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -29,9 +30,12 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, router
 from django.db.utils import OperationalError
+from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
-from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
+from django_tasks_db.models import DBTaskResult, get_date_max
+from django_tasks_db.utils import is_locked_database_exception
+
+from plans.runtime.bulk import column_sql, rows_where
 
 logger = logging.getLogger(__name__)
 
@@ -317,19 +321,67 @@ class RunWorker(Worker):
             return None
 
     def _claim_next(self) -> DBTaskResult | None:
-        tasks = DBTaskResult.objects.ready().filter(
-            backend_name=self.backend_name, queue_name__in=self.queue_names
-        )
-        with exclusive_transaction(tasks.db):
-            try:
-                task_result = tasks.get_locked()
-            except OperationalError as error:
-                if is_locked_database_exception(error):
-                    return None
-                raise
-            if task_result is not None:
-                task_result.claim(self.worker_id)
+        """The next ready task, claimed (RUNNING, this worker's id appended) in one statement.
+
+        The same choice and ordering as django-tasks-db's claim (priority, run_after, enqueued),
+        in prepared SQL: its ORM form cost ~1-2 ms of CPU per run, the most of any one step of a
+        run on a busy process.
+        """
+        alias = router.db_for_write(DBTaskResult)
+        connection = connections[alias]
+        now = timezone.now()
+        ops = connection.ops
+        params = [
+            ops.adapt_datetimefield_value(now),
+            self.worker_id,
+            self.backend_name,
+            *self.queue_names,
+            ops.adapt_datetimefield_value(get_date_max()),
+            ops.adapt_datetimefield_value(now),
+        ]
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(_claim_statement(alias, len(self.queue_names)), params)
+                row = cursor.fetchone()
+        except OperationalError as error:
+            if is_locked_database_exception(error):
+                return None
+            raise
+        if row is None:
+            return None
+        (task_result,) = rows_where(DBTaskResult, id=row[0])
         return task_result
+
+
+@functools.cache
+def _claim_statement(alias: str, queues: int) -> str:
+    """UPDATE ... RETURNING id of the next ready task (skipping rows locked on PostgreSQL)."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    meta = DBTaskResult._meta
+    table = quote(meta.db_table)
+
+    def column(name: str) -> str:
+        return column_sql(meta, quote, name)
+
+    if connection.vendor == "postgresql":
+        append_worker = f"{column('worker_ids')} || jsonb_build_array(%s::text)"
+        lock = " FOR UPDATE SKIP LOCKED"
+    else:  # SQLite: the UPDATE takes the write lock, so no two workers claim one row
+        append_worker = f"json_insert({column('worker_ids')}, '$[#]', %s)"
+        lock = ""
+    placeholders = ", ".join(["%s"] * queues)
+    return (
+        f"UPDATE {table} SET {column('status')} = 'RUNNING', {column('started_at')} = %s, "  # noqa: S608
+        f"{column('worker_ids')} = {append_worker} "
+        f"WHERE {column('id')} = (SELECT {column('id')} FROM {table} "
+        f"WHERE {column('status')} = 'READY' AND {column('backend_name')} = %s "
+        f"AND {column('queue_name')} IN ({placeholders}) "
+        f"AND ({column('run_after')} = %s OR {column('run_after')} <= %s) "
+        f"ORDER BY {column('priority')} DESC, {column('run_after')} ASC, "
+        f"{column('enqueued_at')} ASC LIMIT 1{lock}) "
+        f"RETURNING {column('id')}"
+    )
 
 
 class TaskNotifications:
