@@ -2,7 +2,8 @@
 
 Not a test: it prints medians and percentiles against the targets of issue 18.
 
-    ./dev bench load                          # concurrency (50, 200) and pages at 100k runs
+    ./dev bench load                          # everything: concurrency (50, 200), capacity,
+                                              # pages at 100k runs, events
     ./dev bench load --runs 50,200 --seed 1000000 --sections concurrency,pages
 
 Concurrency: N runs of a 5-step diamond (tools sleeping 50 ms, or 50-500 ms at random) whose
@@ -10,6 +11,9 @@ answer model call takes 1 s (the offline model with AGENTSITE_OFFLINE_LATENCY_MS
 at once on this process's workers at their default (2, as `./dev serve`). Per run: wall from
 its start to its finish over its critical path (the tools' longest chain plus the model call),
 the delay from its enqueue to its start, and the process's CPU per run.
+
+Capacity: the same runs arriving steadily (N a second) with model calls of 1 s and of 10 s: the
+most runs in flight at once, start delays, and the share of one core the arrivals ask for.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ def diamond(tool_ms: Callable[[], float]) -> list[dict]:
     ]
 
 
-def critical_path_s(steps: list[dict]) -> float:
+def critical_path_s(steps: list[dict], model_ms: float = MODEL_LATENCY_MS) -> float:
     from plans.engine import Plan, PlanStep, critical_path
 
     plan = Plan(
@@ -77,7 +81,7 @@ def critical_path_s(steps: list[dict]) -> float:
         )
     )
     tools = critical_path(plan, {s["id"]: s["args"]["ms"] / 1000 for s in steps})
-    return tools + MODEL_LATENCY_MS / 1000  # the answer's model call follows the last step
+    return tools + model_ms / 1000  # the answer's model call follows the last step
 
 
 def concurrent_runs(count: int, tool_ms: Callable[[], float]) -> dict[str, float]:
@@ -126,10 +130,105 @@ def concurrent_runs(count: int, tool_ms: Callable[[], float]) -> dict[str, float
     }
 
 
-def section_concurrency(counts: list[int]) -> None:
+def arrivals(count: int, per_s: float, model_ms: float, tool_ms: float) -> dict[str, float]:
+    """`count` runs arriving `per_s` a second with model calls of `model_ms`: the run's ratio
+    over its critical path, its start delay, the most runs in flight at once, CPU per run."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    settings.AGENTSITE_OFFLINE_LATENCY_MS = model_ms
+    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    plans = [diamond(lambda: tool_ms) for _ in range(count)]
+    runs = [
+        run_create(author=author, goal_text="load benchmark", plan_data={"steps": steps})
+        for steps in plans
+    ]
+    enqueued: dict[int, float] = {}
+    cpu_started = time.process_time()
+    first = time.monotonic()
+    for index, run in enumerate(runs):
+        due = first + index / per_s
+        if (wait := due - time.monotonic()) > 0:
+            time.sleep(wait)
+        enqueued[run.pk] = time.time()
+        run_start(run)
+    ids = [run.pk for run in runs]
+    deadline = time.monotonic() + 120 + count + model_ms / 1000 * 3
+    while Run.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} runs did not finish in time")
+        time.sleep(0.05)
+    cpu = time.process_time() - cpu_started
+    settings.AGENTSITE_OFFLINE_LATENCY_MS = MODEL_LATENCY_MS
+    done = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+    assert {r.status for r in done.values()} == {"completed"}
+    ratios, delays, spans = [], [], []
+    for run, steps in zip(runs, plans, strict=True):
+        row = done[run.pk]
+        assert row.started_at and row.finished_at
+        ratios.append(
+            (row.finished_at - row.started_at).total_seconds() / critical_path_s(steps, model_ms)
+        )
+        delays.append(row.started_at.timestamp() - enqueued[run.pk])
+        spans.append((row.started_at.timestamp(), row.finished_at.timestamp()))
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    in_flight = peak = 0
+    for _, step in edges:
+        in_flight += step
+        peak = max(peak, in_flight)
+    return {
+        "ratio_p95": percentile(ratios, 0.95),
+        "delay_p50_ms": statistics.median(delays) * 1000,
+        "delay_p95_ms": percentile(delays, 0.95) * 1000,
+        "peak": peak,
+        "cpu_ms_per_run": cpu / count * 1000,
+    }
+
+
+def section_capacity(count: int) -> None:
+    """Runs arriving steadily rather than at once: how many one process keeps in flight."""
+    workers_started()
+    print(
+        f"{count} 5-step runs (tools 50 ms) arriving steadily on one process, "
+        f"{DEFAULT_WORKERS} worker slots"
+    )
+    print(
+        f"{'model call':>11} {'arrivals/s':>11} {'peak in flight':>15} {'run/crit p95':>13}"
+        f" {'start delay p50':>16} {'p95':>8} {'CPU/run':>9} {'CPU share':>10}"
+    )
+    arrivals(5, 100, 0, 50.0)  # warm up
+    for model_ms, per_s in ((1000, 50), (1000, 100), (10_000, 20), (10_000, 40)):
+        f = arrivals(count, per_s, model_ms, 50.0)
+        # The share of one core the arrivals ask for: above ~1 the interpreter is the bound.
+        share = per_s * f["cpu_ms_per_run"] / 1000
+        print(
+            f"{model_ms / 1000:>10.0f}s {per_s:>11} {f['peak']:>15.0f} {f['ratio_p95']:>13.2f}"
+            f" {f['delay_p50_ms']:>13.0f} ms {f['delay_p95_ms']:>5.0f} ms"
+            f" {f['cpu_ms_per_run']:>6.1f} ms {share:>10.2f}"
+        )
+    print(
+        "CPU share: arrivals/s x CPU per run, in cores. Under the GIL one process computes on\n"
+        "about one core, so a start delay stays small while the share is under ~1, whatever the\n"
+        "number in flight: runs waiting on their model call hold no worker slot.\n"
+    )
+
+
+_workers: list = []
+
+
+def workers_started() -> None:
+    """This process's worker slots at their default, started once for every section."""
     from plans.runtime.worker import start_worker_threads
 
-    start_worker_threads(DEFAULT_WORKERS, prefix="load", listen=False)
+    if not _workers:
+        _workers.extend(start_worker_threads(DEFAULT_WORKERS, prefix="load", listen=False))
+
+
+def section_concurrency(counts: list[int]) -> None:
+    workers_started()
     print(
         f"concurrent 5-step diamond runs, answer model {MODEL_LATENCY_MS} ms, "
         f"{DEFAULT_WORKERS} worker slots (the default), one process"
@@ -356,8 +455,8 @@ def main() -> int:
     parser.add_argument("--runs", default="50,200", help="concurrent run counts")
     parser.add_argument(
         "--sections",
-        default="events,concurrency,pages",
-        help="events,concurrency,pages (comma-separated)",
+        default="events,concurrency,capacity,pages",
+        help="events,concurrency,capacity,pages (comma-separated)",
     )
     parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
     parser.add_argument("--repeats", type=int, default=10, help="requests per page")
@@ -393,6 +492,8 @@ def main() -> int:
                 drop_database(database)
         if "concurrency" in sections:
             section_concurrency([int(n) for n in args.runs.split(",")])
+        if "capacity" in sections:
+            section_capacity(max(int(n) for n in args.runs.split(",")))
     return 0
 
 
