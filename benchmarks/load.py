@@ -221,9 +221,10 @@ _workers: list = []
 
 def workers_started() -> None:
     """This process's worker slots at their default, started once for every section."""
-    from plans.runtime.worker import start_worker_threads
+    from plans.runtime.worker import gc_tune_for_serving, start_worker_threads
 
     if not _workers:
+        gc_tune_for_serving()  # as `manage.py serve` and `run_worker` do once started
         _workers.extend(start_worker_threads(DEFAULT_WORKERS, prefix="load", listen=False))
 
 
@@ -235,7 +236,7 @@ def section_concurrency(counts: list[int]) -> None:
     )
     print(
         f"{'runs':>6} {'tools':>11} {'run/crit p50':>13} {'p95':>6} {'(enq->end)/crit p95':>20}"
-        f" {'start delay p50':>16} {'p95':>8} {'CPU/run':>9}"
+        f" {'start delay p50':>16} {'p95':>8} {'CPU/run':>9} {'N x CPU/run':>12}"
     )
     concurrent_runs(5, lambda: 50.0)  # warm up
     rng = random.Random(18)
@@ -249,11 +250,14 @@ def section_concurrency(counts: list[int]) -> None:
                 f"{count:>6} {label:>11} {f['ratio_p50']:>13.2f} {f['ratio_p95']:>6.2f}"
                 f" {f['total_p95']:>20.2f} {f['delay_p50_ms']:>13.0f} ms"
                 f" {f['delay_p95_ms']:>5.0f} ms {f['cpu_ms_per_run']:>6.1f} ms"
+                f" {count * f['cpu_ms_per_run'] / 1000:>10.2f} s"
             )
     print(
         "targets (200 runs, tools 50 ms): run/crit <= 1.2, start delay p95 <= 100 ms\n"
         "run/crit: the run's start to its finish over its critical path (tools + model call);\n"
         "(enq->end)/crit also counts the wait to start. CPU/run: this process's CPU / runs.\n"
+        "N x CPU/run: the interpreter time the burst needs; under the GIL one process has about\n"
+        "one core of it, so the last of N runs arriving at once starts about that late.\n"
     )
 
 
