@@ -686,6 +686,8 @@ class EvalResult(models.Model):
 # they sum (plans.services.costs), so the costs page reads a few hundred rows instead of scanning
 # a window of calls and runs. Counters are signed: a rollup that drifted (rows loaded in bulk
 # without `manage.py cost_rollup --rebuild`) shows up in `--check`, never as a failed write.
+# A transaction adds to them in one order (plans.services.costs.ROLLUPS, keys sorted), so two
+# writers adding to the same buckets wait for each other but never deadlock.
 
 
 class SpendRollup(models.Model):
@@ -749,18 +751,33 @@ class TokenRollup(models.Model):
         return f"{self.day} ~{self.tokens} tokens: {self.runs} runs"
 
 
+class PlannedToolRollup(models.Model):
+    """Runs created on a day whose plan uses a tool: how many, and what they cost so far."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=100)
+    runs = models.BigIntegerField(default=0, db_default=0)
+    cost_usd = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "tool"], name="planned_tool_rollup_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool}: {self.runs} runs planning it"
+
+
 class ToolRollup(models.Model):
-    """Per day and tool: the calls made that day, and the runs created that day planning it."""
+    """Tool calls started on a day, by tool: how many, how many failed, how long they took."""
 
     day = models.DateField()
     tool = models.CharField(max_length=100)
     calls = models.BigIntegerField(default=0, db_default=0)
     errors = models.BigIntegerField(default=0, db_default=0)
     duration_ms = models.FloatField(default=0.0, db_default=0.0, help_text="Summed over the calls.")
-    planned_runs = models.BigIntegerField(default=0, db_default=0)
-    planned_cost_usd = models.DecimalField(
-        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
-    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "tool"], name="tool_rollup_key")]

@@ -240,7 +240,7 @@ def test_the_page_reads_the_rollup_not_the_calls_or_the_runs(client, author, ope
     sql = [query["sql"] for query in queries]
     raw = ('"plans_modelcall"', '"plans_toolcall"', 'FROM "plans_run"')
     assert [q for q in sql if any(table in q for table in raw)] == []
-    assert len([q for q in sql if "rollup" in q]) <= 8
+    assert len([q for q in sql if "rollup" in q]) <= 9
 
 
 @pytest.mark.django_db

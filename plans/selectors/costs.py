@@ -13,7 +13,14 @@ from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.models import ApprovalRollup, RunRollup, SpendRollup, TokenRollup, ToolRollup
+from plans.models import (
+    ApprovalRollup,
+    PlannedToolRollup,
+    RunRollup,
+    SpendRollup,
+    TokenRollup,
+    ToolRollup,
+)
 from plans.selectors.runs import start_of_day
 from plans.ui.charts import Bar, bar_chart_svg, usd_label
 
@@ -64,7 +71,7 @@ class CostReport:
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
     """Spend and health over the last `days` days (today included), read from the rollup
-    (plans.services.costs): seven queries over a few rows per day, whatever the run count."""
+    (plans.services.costs): nine queries over a few rows per day, whatever the run count."""
     now = now or timezone.now()
     today = timezone.localdate(now)
     first_day = today - timedelta(days=days - 1)
@@ -121,16 +128,27 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
             calls=Sum("calls"),
             errors=Sum("errors"),
             duration_ms=Sum("duration_ms"),
-            runs=Sum("planned_runs"),
-            runs_cost=Sum("planned_cost_usd"),
         )
         .filter(calls__gt=0)
         .order_by("-calls", "tool")
     )
+    # Tools spend no tokens, so a tool's cost is that of the runs whose plan uses it: a run
+    # using several tools counts fully under each.
+    planned: dict[str, dict[str, Any]] = {
+        row["tool"]: dict(row)
+        for row in PlannedToolRollup.objects.filter(
+            day__gte=first_day, tool__in=[row["tool"] for row in by_tool]
+        )
+        .values("tool")
+        .annotate(runs=Sum("runs"), cost=Sum("cost_usd"))
+        .order_by()
+    }
     for row in by_tool:
         row["error_rate"] = Rate(row["errors"], row["calls"]).rate
         row["avg_ms"] = row.pop("duration_ms") / row["calls"]
-        row["runs_cost"] = _usd(row["runs_cost"])
+        planning = planned.get(row["tool"], {})
+        row["runs"] = planning.get("runs") or 0
+        row["runs_cost"] = _usd(planning.get("cost"))
 
     run_counts = runs.aggregate(
         total=Sum("runs"),

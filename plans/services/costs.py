@@ -27,6 +27,7 @@ from plans.models import (
     ApprovalRollup,
     Goal,
     ModelCall,
+    PlannedToolRollup,
     Run,
     RunRollup,
     SpendRollup,
@@ -36,19 +37,23 @@ from plans.models import (
 )
 from plans.runtime.bulk import column_sql
 
+# In the order a transaction adds to them: the run's share (under the run row's lock, taken
+# first by every writer of a run), then its tool calls, then its model calls.
 ROLLUPS: tuple[type[Model], ...] = (
-    SpendRollup,
+    ApprovalRollup,
     RunRollup,
     TokenRollup,
+    PlannedToolRollup,
     ToolRollup,
-    ApprovalRollup,
+    SpendRollup,
 )
 _KEYS: dict[type[Model], tuple[str, ...]] = {
-    SpendRollup: ("day", "author_id", "model"),
+    ApprovalRollup: ("day",),
     RunRollup: ("day", "author_id"),
     TokenRollup: ("day", "tokens"),
+    PlannedToolRollup: ("day", "tool"),
     ToolRollup: ("day", "tool"),
-    ApprovalRollup: ("day",),
+    SpendRollup: ("day", "author_id", "model"),
 }
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
@@ -77,21 +82,20 @@ def model_calls_recorded(
     """Add model calls just written for a run; `before` holds the stored state of those that
     were on record already (started at their estimate), whose difference is added instead."""
     before = before or {}
+    totals: dict[tuple[date, str], dict[str, Any]] = {}
     for call in calls:
         old = before.get(call.pk) if call.pk is not None else None
-        increments: dict[str, Any] = {
-            "calls": 0 if old else 1,
-            "cost_usd": call.cost_usd - (old.cost_usd if old else 0),
-        }
-        for name in _TOKEN_FIELDS:
-            increments[name] = getattr(call, name) - (getattr(old, name) if old else 0)
         assert call.created_at is not None
-        _add(
-            SpendRollup,
-            {"day": timezone.localdate(call.created_at), "model": call.model},
-            increments,
-            author_of_run=run_id,
+        sums = totals.setdefault(
+            (timezone.localdate(call.created_at), call.model),
+            {"calls": 0, "cost_usd": Decimal(0), **dict.fromkeys(_TOKEN_FIELDS, 0)},
         )
+        sums["calls"] += 0 if old else 1
+        sums["cost_usd"] += call.cost_usd - (old.cost_usd if old else 0)
+        for name in _TOKEN_FIELDS:
+            sums[name] += getattr(call, name) - (getattr(old, name) if old else 0)
+    for (day, model), increments in sorted(totals.items()):
+        _add(SpendRollup, {"day": day, "model": model}, increments, author_of_run=run_id)
 
 
 def tool_calls_recorded(rows: Iterable[Mapping[str, Any]]) -> None:
@@ -103,7 +107,7 @@ def tool_calls_recorded(rows: Iterable[Mapping[str, Any]]) -> None:
         sums[0] += 1
         sums[1] += 1 if row["error"] else 0
         sums[2] += row["duration_ms"]
-    for (day, tool), (calls, errors, duration_ms) in totals.items():
+    for (day, tool), (calls, errors, duration_ms) in sorted(totals.items()):
         _add(
             ToolRollup,
             {"day": day, "tool": tool},
@@ -176,9 +180,14 @@ def run_share_moved(old: RunShare | None, new: RunShare) -> None:
             sums = changes.setdefault((model, key), {})
             for name, value in increments.items():
                 sums[name] = sums.get(name, 0) + sign * value
-    for (model, key), increments in changes.items():
+    for (model, key), increments in sorted(changes.items(), key=_in_lock_order):
         if any(increments.values()):
             _add(model, dict(zip(_KEYS[model], key, strict=True)), increments)
+
+
+def _in_lock_order(change: tuple[tuple[type[Model], tuple[Any, ...]], Any]) -> tuple[Any, ...]:
+    (model, key), _ = change
+    return (ROLLUPS.index(model), *key)
 
 
 def _run_contribution(
@@ -200,7 +209,7 @@ def _run_contribution(
     if completed:
         yield TokenRollup, (day, token_bucket(share.tokens)), {"runs": 1}
     for tool in share.tools_used:
-        yield ToolRollup, (day, tool), {"planned_runs": 1, "planned_cost_usd": share.cost_usd}
+        yield PlannedToolRollup, (day, tool), {"runs": 1, "cost_usd": share.cost_usd}
 
 
 def _add(
@@ -289,103 +298,92 @@ def _token_bucket_sql(tokens: Any) -> Case:
     return Case(*whens, default=F(tokens))
 
 
-# Each rollup's rows as aggregate queries over the raw rows: {rollup column: query column}; a
-# later query of a rollup adds its columns to the rows the earlier ones wrote.
+# A rollup's rows as one aggregate query over the raw rows: ({rollup column: its column}, query).
 Source = tuple[dict[str, str], QuerySet[Any]]
 
 
-def _sources() -> dict[type[Model], list[Source]]:
+def _sources() -> dict[type[Model], Source]:
     terminal = Q(status__in=Run.TERMINAL)
     completed = Q(status=Run.Status.COMPLETED)
     runs = Run.objects.annotate(day=TruncDate("created_at"), author=F("goal__author_id"))
     run_key = {"day": "day", "author_id": "author"}
     tokens = {name: f"sum_{name}" for name in _TOKEN_FIELDS}
     return {
-        SpendRollup: [
-            (
-                {**run_key, "model": "model", "calls": "n", **tokens, "cost_usd": "cost"},
-                ModelCall.objects.annotate(
-                    day=TruncDate("created_at"), author=F("run__goal__author_id")
-                )
-                .values("day", "author", "model")
-                .annotate(
-                    n=Count("id"),
-                    **{column: Sum(name) for name, column in tokens.items()},
-                    cost=Sum("cost_usd"),
-                )
-                .order_by(),
+        SpendRollup: (
+            {**run_key, "model": "model", "calls": "n", **tokens, "cost_usd": "cost"},
+            ModelCall.objects.annotate(
+                day=TruncDate("created_at"), author=F("run__goal__author_id")
             )
-        ],
-        RunRollup: [
-            (
-                {
-                    **run_key,
-                    "runs": "n",
-                    "finished": "n_finished",
-                    "budget_exhausted": "n_exhausted",
-                    "completed": "n_completed",
-                    "completed_tokens": "n_tokens",
-                },
-                runs.values("day", "author")
-                .annotate(
-                    n=Count("id"),
-                    n_finished=Count("id", filter=terminal),
-                    n_exhausted=Count("id", filter=Q(status=Run.Status.BUDGET_EXHAUSTED)),
-                    n_completed=Count("id", filter=completed),
-                    n_tokens=Coalesce(Sum(_run_tokens(), filter=completed), 0),
-                )
-                .order_by(),
-            ),
-        ],
-        TokenRollup: [
-            (
-                {"day": "day", "tokens": "bucket", "runs": "n"},
-                runs.filter(completed)
-                .annotate(total=_run_tokens())
-                .annotate(bucket=_token_bucket_sql("total"))
-                .values("day", "bucket")
-                .annotate(n=Count("id"))
-                .order_by(),
+            .values("day", "author", "model")
+            .annotate(
+                n=Count("id"),
+                **{column: Sum(name) for name, column in tokens.items()},
+                cost=Sum("cost_usd"),
             )
-        ],
-        ToolRollup: [
-            (
-                {
-                    "day": "day",
-                    "tool": "tool",
-                    "calls": "n",
-                    "errors": "n_errors",
-                    "duration_ms": "duration",
-                },
-                ToolCall.objects.annotate(day=TruncDate("started_at"))
-                .values("day", "tool")
-                .annotate(
-                    n=Count("id"),
-                    n_errors=Count("id", filter=~Q(error="")),
-                    duration=Sum("duration_ms"),
-                )
-                .order_by(),
-            ),
-            (
-                {"day": "day", "tool": "tool", "planned_runs": "n", "planned_cost_usd": "cost"},
-                _planned_by_tool(runs),
-            ),
-        ],
-        ApprovalRollup: [
-            (
-                {"day": "day", "decided": "n", "rejected": "n_rejected"},
-                Approval.objects.filter(
-                    decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
-                )
-                .annotate(day=TruncDate("decided_at"))
-                .values("day")
-                .annotate(
-                    n=Count("id"),
-                    n_rejected=Count("id", filter=Q(decision=Approval.Decision.REJECTED)),
-                )
-                .order_by(),
+            .order_by(),
+        ),
+        RunRollup: (
+            {
+                **run_key,
+                "runs": "n",
+                "finished": "n_finished",
+                "budget_exhausted": "n_exhausted",
+                "completed": "n_completed",
+                "completed_tokens": "n_tokens",
+            },
+            runs.values("day", "author")
+            .annotate(
+                n=Count("id"),
+                n_finished=Count("id", filter=terminal),
+                n_exhausted=Count("id", filter=Q(status=Run.Status.BUDGET_EXHAUSTED)),
+                n_completed=Count("id", filter=completed),
+                n_tokens=Coalesce(Sum(_run_tokens(), filter=completed), 0),
             )
-        ],
+            .order_by(),
+        ),
+        TokenRollup: (
+            {"day": "day", "tokens": "bucket", "runs": "n"},
+            runs.filter(completed)
+            .annotate(total=_run_tokens())
+            .annotate(bucket=_token_bucket_sql("total"))
+            .values("day", "bucket")
+            .annotate(n=Count("id"))
+            .order_by(),
+        ),
+        ToolRollup: (
+            {
+                "day": "day",
+                "tool": "tool",
+                "calls": "n",
+                "errors": "n_errors",
+                "duration_ms": "duration",
+            },
+            ToolCall.objects.annotate(day=TruncDate("started_at"))
+            .values("day", "tool")
+            .annotate(
+                n=Count("id"),
+                n_errors=Count("id", filter=~Q(error="")),
+                duration=Sum("duration_ms"),
+            )
+            .order_by(),
+        ),
+        PlannedToolRollup: (
+            {"day": "day", "tool": "tool", "runs": "n", "cost_usd": "cost"},
+            _planned_by_tool(runs),
+        ),
+        ApprovalRollup: (
+            {"day": "day", "decided": "n", "rejected": "n_rejected"},
+            Approval.objects.filter(
+                decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
+            )
+            .annotate(day=TruncDate("decided_at"))
+            .values("day")
+            .annotate(
+                n=Count("id"),
+                n_rejected=Count("id", filter=Q(decision=Approval.Decision.REJECTED)),
+            )
+            .order_by(),
+        ),
     }
 
 
@@ -398,17 +396,14 @@ def rollup_rebuild() -> None:
     with transaction.atomic():
         for model in ROLLUPS:
             model._default_manager.all().delete()
-        for model, sources in _sources().items():
-            for index, (columns, query) in enumerate(sources):
-                if model is ToolRollup and index == 1:
-                    _insert_planned_by_tool(query)
-                else:
-                    _insert_select(model, columns, query, add=index > 0)
+        for model, (columns, query) in _sources().items():
+            if model is PlannedToolRollup:
+                _insert_planned_by_tool(query)
+            else:
+                _insert_select(model, columns, query)
 
 
-def _insert_select(
-    model: type[Model], columns: Mapping[str, str], query: QuerySet[Any], *, add: bool
-) -> None:
+def _insert_select(model: type[Model], columns: Mapping[str, str], query: QuerySet[Any]) -> None:
     meta = model._meta
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
@@ -419,18 +414,13 @@ def _insert_select(
         f"INSERT INTO {table} ({', '.join(names)}) "  # noqa: S608
         f"SELECT {picked} FROM ({select}) AS source"
     )
-    if add:
-        keys = [_column(model, k) for k in _KEYS[model]]
-        updates = [f"{n} = {table}.{n} + excluded.{n}" for n in names if n not in keys]
-        # WHERE true: SQLite's parser needs a WHERE before ON CONFLICT after a SELECT.
-        sql += f" WHERE true ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 
 
 def _insert_planned_by_tool(runs: QuerySet[Any]) -> None:
     """Runs by creation day and each tool their plan uses: their count and summed cost."""
-    meta = ToolRollup._meta
+    meta = PlannedToolRollup._meta
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
     select, params = runs.query.sql_with_params()
@@ -439,7 +429,7 @@ def _insert_planned_by_tool(runs: QuerySet[Any]) -> None:
         each, tool = "jsonb_array_elements_text(source.tools_used) AS used(tool)", "used.tool"
     else:
         each, tool = "json_each(source.tools_used) AS used", "used.value"
-    names = [_column(ToolRollup, c) for c in ("day", "tool", "planned_runs", "planned_cost_usd")]
+    names = [_column(PlannedToolRollup, c) for c in ("day", "tool", "runs", "cost_usd")]
     sql = (
         f"INSERT INTO {table} ({', '.join(names)}) "  # noqa: S608
         f"SELECT source.day, {tool}, COUNT(*), SUM(source.cost_usd) "
