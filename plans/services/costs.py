@@ -433,9 +433,7 @@ def _insert_planned_by_tool(runs: QuerySet[Any]) -> None:
     sql = (
         f"INSERT INTO {table} ({', '.join(names)}) "  # noqa: S608
         f"SELECT source.day, {tool}, COUNT(*), SUM(source.cost_usd) "
-        f"FROM ({select}) AS source CROSS JOIN {each} GROUP BY source.day, {tool} "
-        f"ON CONFLICT ({names[0]}, {names[1]}) DO UPDATE SET "
-        + ", ".join(f"{n} = {table}.{n} + excluded.{n}" for n in names[2:])
+        f"FROM ({select}) AS source CROSS JOIN {each} GROUP BY source.day, {tool}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
