@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 
 import pytest
@@ -193,11 +193,15 @@ def test_the_check_names_a_drifted_bucket_and_the_rebuild_mends_it(author, revie
     assert report_from_rollup(30) == report_from_raw_rows(30)
 
 
-def test_the_rebuild_sums_rows_loaded_without_the_services(author):
+@pytest.mark.parametrize("zone", ["UTC", "Etc/GMT+12"])
+def test_the_rebuild_sums_rows_loaded_without_the_services(zone, author, settings):
+    settings.TIME_ZONE = zone
     run = run_create(author=author, goal_text=PRICE_GOAL)
     advance_run(run.pk)
-    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=3))
-    ModelCall.objects.filter(run=run).update(created_at=timezone.now() - timedelta(days=3))
+    # 03:00 UTC: the day before in UTC-12.
+    at = (timezone.now() - timedelta(days=3)).replace(hour=3, tzinfo=UTC)
+    Run.objects.filter(pk=run.pk).update(created_at=at)
+    ModelCall.objects.filter(run=run).update(created_at=at)
     assert rollup_drift() != []
 
     rollup_rebuild()

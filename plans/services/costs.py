@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, models, transaction
-from django.db.models import Case, Count, F, Model, Q, QuerySet, Sum, When
+from django.db.models import Case, Count, DateField, F, Func, Model, Q, QuerySet, Sum, When
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
@@ -289,6 +289,14 @@ def _run_tokens() -> Any:
     return F("input_tokens") + F("output_tokens") + F("cache_read_tokens") + F("cache_write_tokens")
 
 
+def _local_day(timestamp: str) -> Func:
+    """The site-local day of a timestamp, as TruncDate gives it. On SQLite with a UTC site, the
+    date of the stored UTC text: TruncDate calls into Python for each row, ten times slower."""
+    if connection.vendor == "sqlite" and timezone.get_current_timezone_name() == "UTC":
+        return Func(F(timestamp), function="date", output_field=DateField())
+    return TruncDate(timestamp)
+
+
 def _token_bucket_sql(tokens: Any) -> Case:
     """token_bucket() in SQL: integer division rounds down on SQLite and PostgreSQL alike."""
     whens = [When(**{f"{tokens}__lt": 100}, then=F(tokens))]
@@ -305,14 +313,14 @@ Source = tuple[dict[str, str], QuerySet[Any]]
 def _sources() -> dict[type[Model], Source]:
     terminal = Q(status__in=Run.TERMINAL)
     completed = Q(status=Run.Status.COMPLETED)
-    runs = Run.objects.annotate(day=TruncDate("created_at"), author=F("goal__author_id"))
+    runs = Run.objects.annotate(day=_local_day("created_at"), author=F("goal__author_id"))
     run_key = {"day": "day", "author_id": "author"}
     tokens = {name: f"sum_{name}" for name in _TOKEN_FIELDS}
     return {
         SpendRollup: (
             {**run_key, "model": "model", "calls": "n", **tokens, "cost_usd": "cost"},
             ModelCall.objects.annotate(
-                day=TruncDate("created_at"), author=F("run__goal__author_id")
+                day=_local_day("created_at"), author=F("run__goal__author_id")
             )
             .values("day", "author", "model")
             .annotate(
@@ -358,7 +366,7 @@ def _sources() -> dict[type[Model], Source]:
                 "errors": "n_errors",
                 "duration_ms": "duration",
             },
-            ToolCall.objects.annotate(day=TruncDate("started_at"))
+            ToolCall.objects.annotate(day=_local_day("started_at"))
             .values("day", "tool")
             .annotate(
                 n=Count("id"),
@@ -376,7 +384,7 @@ def _sources() -> dict[type[Model], Source]:
             Approval.objects.filter(
                 decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
             )
-            .annotate(day=TruncDate("decided_at"))
+            .annotate(day=_local_day("decided_at"))
             .values("day")
             .annotate(
                 n=Count("id"),
