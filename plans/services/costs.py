@@ -249,12 +249,11 @@ def _add(
     author_of_run: int | None = None,
 ) -> None:
     """Add increments to one bucket, creating it if need be, in one atomic statement."""
-    names = (*key, *increments)
-    sql = _add_statement(connection.vendor, model, tuple(key), tuple(increments), author_of_run)
+    by_run = author_of_run is not None
+    sql = _add_statement(connection.vendor, model, tuple(key), tuple(increments), by_run)
     params = [_prepared(model, name, value) for name, value in {**key, **increments}.items()]
-    if author_of_run is not None:
+    if by_run:
         params.insert(0, author_of_run)
-    assert len(params) == len(names) + (1 if author_of_run is not None else 0)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 
@@ -265,21 +264,22 @@ def _add_statement(
     model: type[Model],
     keys: tuple[str, ...],
     increments: tuple[str, ...],
-    author_of_run: int | None,
+    by_run: bool,
 ) -> str:
+    """The upsert of one bucket; by_run: the author is the given run's (its id the first value)."""
     meta = model._meta
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
     column = {name: _column(model, name) for name in (*keys, *increments)}
     columns, values = [], []
-    if author_of_run is not None:
+    if by_run:
         # The author of the run, looked up inside the statement: no round trip for it.
         columns.append(quote("author_id"))
         values.append(_author_of_run_sql())
     columns += [column[name] for name in (*keys, *increments)]
     values += ["%s"] * (len(keys) + len(increments))
     conflict = [column[name] for name in keys]
-    if author_of_run is not None:
+    if by_run:
         conflict.insert(conflict.index(column["day"]) + 1, quote("author_id"))
     updates = [f"{column[n]} = {table}.{column[n]} + excluded.{column[n]}" for n in increments]
     # Identifiers come from model metadata; every value is a parameter.
