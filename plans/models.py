@@ -681,6 +681,122 @@ class EvalResult(models.Model):
         return f"{self.case_id} #{self.attempt}: {'pass' if self.passed else 'fail'}"
 
 
+# --- the costs page's rollup -------------------------------------------------------------
+# Sums per site-local day (timezone.localdate), kept current in the transaction that writes what
+# they sum (plans.services.costs), so the costs page reads a few hundred rows instead of scanning
+# a window of calls and runs. Counters are signed: a rollup that drifted (rows loaded in bulk
+# without `manage.py cost_rollup --rebuild`) shows up in `--check`, never as a failed write.
+# A transaction adds to them in one order (plans.services.costs.ROLLUPS, keys sorted), so two
+# writers adding to the same buckets wait for each other but never deadlock.
+
+
+class SpendRollup(models.Model):
+    """Model calls made on a day, by the runs' author and the model: calls, tokens and cost."""
+
+    day = models.DateField()
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    model = models.CharField(max_length=100)
+    calls = models.BigIntegerField(default=0, db_default=0)
+    input_tokens = models.BigIntegerField(default=0, db_default=0)
+    output_tokens = models.BigIntegerField(default=0, db_default=0)
+    cache_read_tokens = models.BigIntegerField(default=0, db_default=0)
+    cache_write_tokens = models.BigIntegerField(default=0, db_default=0)
+    cost_usd = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "author", "model"], name="spend_rollup_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.author_id} {self.model}: {self.cost_usd}"
+
+
+class RunRollup(models.Model):
+    """Runs created on a day by an author, by where they stand now (moved as their status does)."""
+
+    day = models.DateField()
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    runs = models.BigIntegerField(default=0, db_default=0)
+    finished = models.BigIntegerField(default=0, db_default=0)
+    budget_exhausted = models.BigIntegerField(default=0, db_default=0)
+    completed = models.BigIntegerField(default=0, db_default=0)
+    completed_tokens = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "author"], name="run_rollup_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.author_id}: {self.runs} runs"
+
+
+class TokenRollup(models.Model):
+    """Completed runs created on a day, by their tokens rounded down to two significant figures:
+    a histogram from which the page reads the median and p95 (rounded the same way)."""
+
+    day = models.DateField()
+    tokens = models.BigIntegerField(help_text="The bucket: tokens rounded down to 2 figures.")
+    runs = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "tokens"], name="token_rollup_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} ~{self.tokens} tokens: {self.runs} runs"
+
+
+class PlannedToolRollup(models.Model):
+    """Runs created on a day whose plan uses a tool: how many, and what they cost so far."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=100)
+    runs = models.BigIntegerField(default=0, db_default=0)
+    cost_usd = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "tool"], name="planned_tool_rollup_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool}: {self.runs} runs planning it"
+
+
+class ToolRollup(models.Model):
+    """Tool calls started on a day, by tool: how many, how many failed, how long they took."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=100)
+    calls = models.BigIntegerField(default=0, db_default=0)
+    errors = models.BigIntegerField(default=0, db_default=0)
+    duration_ms = models.FloatField(default=0.0, db_default=0.0, help_text="Summed over the calls.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "tool"], name="tool_rollup_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool}: {self.calls} calls"
+
+
+class ApprovalRollup(models.Model):
+    """Approvals decided by a reviewer on a day (expired ones were never decided)."""
+
+    day = models.DateField(unique=True)
+    decided = models.BigIntegerField(default=0, db_default=0)
+    rejected = models.BigIntegerField(default=0, db_default=0)
+
+    def __str__(self) -> str:
+        return f"{self.day}: {self.rejected} of {self.decided} rejected"
+
+
 # The integrations' records live with their packages; imported here so the app registers them.
 from plans.api.models import ApiToken, IdempotencyKey  # noqa: E402, F401
 from plans.notifications.models import (  # noqa: E402, F401

@@ -5,26 +5,19 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from plans.models import Approval, Goal, ModelCall, Plan, Run, Step, ToolCall
+from plans.services.costs import rollup_rebuild
 from tests.html_safety import executable_markup
 from tests.pages import section
 
 pytestmark = pytest.mark.django_db
 
 URL = reverse("plans:costs")
-
-
-@pytest.fixture(autouse=True)
-def no_cached_report():
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def make_run(author, *, status=Run.Status.COMPLETED, tokens=0, cost="0", days_ago=0, tools=()):
@@ -92,6 +85,7 @@ def approval(run, decision):
 
 
 def costs_page(client, **params):
+    rollup_rebuild()  # the rows above were written directly, not by the recording services
     response = client.get(URL, params)
     assert response.status_code == 200
     return response.content.decode()
@@ -232,17 +226,21 @@ def test_circuit_breakers_have_a_marked_place(client, operator):
     assert executable_markup(page) == []
 
 
-def test_the_report_is_reused_for_a_minute_and_says_how_old_it_is(client, author, operator):
-    model_call(make_run(author), cost="0.25")
+def test_the_page_reads_the_rollup_not_the_calls_or_the_runs(client, author, operator):
+    run = make_run(author, tools=["price"])
+    model_call(run, cost="0.25")
+    tool_call(run, "price")
+    rollup_rebuild()
     client.force_login(operator)
 
-    with CaptureQueriesContext(connection) as first:
-        page = costs_page(client)
-    with CaptureQueriesContext(connection) as second:
-        again = costs_page(client)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(URL).content.decode()
 
-    assert len(second) < len(first) - 5  # only the session and the user, not the report
-    assert "As of <time" in page and "$0.250000" in again
+    assert "$0.250000" in page
+    sql = [query["sql"] for query in queries]
+    raw = ('"plans_modelcall"', '"plans_toolcall"', 'FROM "plans_run"')
+    assert [q for q in sql if any(table in q for table in raw)] == []
+    assert len([q for q in sql if "rollup" in q]) <= 9
 
 
 @pytest.mark.django_db
@@ -264,38 +262,3 @@ def test_the_health_page_shows_each_tools_circuit_breaker_state(client, operator
 
     assert "flight_price" in page and "breaker-open" in page
     assert "<script>alert(1)</script>" not in page
-
-
-def test_a_stale_report_is_served_at_once_while_a_thread_recomputes_it(
-    client, author, operator, monkeypatch
-):
-    import dataclasses
-    import threading
-
-    from plans.views import costs as costs_view
-
-    model_call(make_run(author), cost="0.25")
-    client.force_login(operator)
-    costs_page(client)
-    (key,) = [k for k in ("cost-report:7", "cost-report:30") if cache.get(k) is not None]
-    old = dataclasses.replace(cache.get(key), generated_at=timezone.now() - timedelta(minutes=5))
-    cache.set(key, old, None)
-    asked, release = threading.Event(), threading.Event()
-    fresh = dataclasses.replace(old, generated_at=timezone.now())
-
-    def slow_report(*, days):
-        asked.set()
-        assert release.wait(10)
-        return fresh
-
-    monkeypatch.setattr(costs_view, "cost_report", slow_report)
-
-    page = costs_page(client)  # not held up by the recomputation
-
-    assert old.generated_at.strftime("%H:%M:%S") in page
-    assert asked.wait(10)
-    release.set()
-    deadline = timezone.now() + timedelta(seconds=10)
-    while cache.get(key).generated_at != fresh.generated_at:
-        assert timezone.now() < deadline, "the report was not refreshed"
-        threading.Event().wait(0.01)

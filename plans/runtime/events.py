@@ -16,6 +16,7 @@ from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
 from plans.models import Run, RunEvent
 from plans.runtime.bulk import JSONText, insert_rows, update_one_returning, update_rows
+from plans.services.costs import RUN_ROLLUP_FIELDS, RunShare, run_share_moved
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ def append_events(
     if unknown:
         # Before anything is written: the pages and the audit know these kinds only.
         raise ValueError(f"unknown event kind(s) {unknown}: add them to RunEvent.Kind")
+    # The costs rollup follows the run's status, tokens, cost and tools (plans.services.costs).
+    moves_share = bool(run_fields) and not RUN_ROLLUP_FIELDS.isdisjoint(run_fields or {})
+    share_before = RunShare.locked(run_id) if moves_share else None
     fence: dict[str, Any] = {}
     if lease_token is not None:
         fence = {"lease_token": lease_token}
@@ -74,6 +78,12 @@ def append_events(
         raise Run.DoesNotExist(f"run {run_id} does not exist")
     last_seq, cancel_requested, prev_hash = updated
     cancel_requested = bool(cancel_requested)
+    if any(kind == "run_created" for kind, _ in entries):
+        created = RunShare.locked(run_id)
+        assert created is not None
+        run_share_moved(None, created)
+    elif share_before is not None:
+        run_share_moved(share_before, share_before.after(run_fields or {}))
     if not entries:
         return [], cancel_requested
     now = timezone.now()

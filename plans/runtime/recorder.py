@@ -24,6 +24,7 @@ from plans.models import Approval, HumanQuestion, ModelCall, Step, ToolCall
 from plans.runtime.bulk import JSONText, insert_rows, update_rows
 from plans.runtime.events import append_events
 from plans.runtime.leases import Lease
+from plans.services.costs import model_calls_recorded, tool_calls_recorded
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
@@ -253,18 +254,23 @@ class _Writer:
             )
             for names, rows in _by_fields(batch.steps).items():
                 update_rows(Step, rows, names)
-            insert_rows(ToolCall, [_redacted(row) for row in batch.tool_calls])
+            tool_calls = [_redacted(row) for row in batch.tool_calls]
+            insert_rows(ToolCall, tool_calls)
+            tool_calls_recorded(tool_calls)
             for late in batch.late_tool_calls:
                 record_late_tool_call(**late)
             for call in batch.started_model_calls:
                 call.save()
-            insert_rows(
-                ModelCall, [_model_call_row(call) for call in batch.model_calls if call.pk is None]
-            )
-            for call in batch.model_calls:
-                if call.pk is not None:
-                    row = _model_call_row(call)
-                    ModelCall.objects.filter(pk=call.pk).update(**row)
+            model_calls_recorded(lease.run_id, batch.started_model_calls)
+            new_calls = [call for call in batch.model_calls if call.pk is None]
+            insert_rows(ModelCall, [_model_call_row(call) for call in new_calls])
+            model_calls_recorded(lease.run_id, new_calls)
+            if updated_calls := [call for call in batch.model_calls if call.pk is not None]:
+                # Started at their estimate: the rollup takes the difference.
+                before = ModelCall.objects.in_bulk([call.pk for call in updated_calls])
+                for call in updated_calls:
+                    ModelCall.objects.filter(pk=call.pk).update(**_model_call_row(call))
+                model_calls_recorded(lease.run_id, updated_calls, before=before)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
             if batch.questions:

@@ -9,13 +9,19 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Avg, Count, F, Q, QuerySet, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.models import Approval, ModelCall, Run, ToolCall
-from plans.selectors.runs import start_of_day, uses_tool
+from plans.models import (
+    ApprovalRollup,
+    PlannedToolRollup,
+    RunRollup,
+    SpendRollup,
+    TokenRollup,
+    ToolRollup,
+)
+from plans.selectors.runs import start_of_day
 from plans.ui.charts import Bar, bar_chart_svg, usd_label
 
 # --- costs and health ------------------------------------------------------------------------
@@ -64,90 +70,95 @@ class CostReport:
 
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
-    """Spend and health over the last `days` days (today included), about ten queries."""
+    """Spend and health over the last `days` days (today included), read from the rollup
+    (plans.services.costs): nine queries over a few rows per day, whatever the run count."""
     now = now or timezone.now()
     today = timezone.localdate(now)
     first_day = today - timedelta(days=days - 1)
     since = start_of_day(first_day)
 
-    calls = ModelCall.objects.filter(created_at__gte=since)
+    spend = SpendRollup.objects.filter(day__gte=first_day)
     per_day: dict[date, dict[str, Any]] = {
         row["day"]: dict(row)
-        for row in calls.annotate(day=TruncDate("created_at"))
-        .values("day")
-        .annotate(cost=Sum("cost_usd"), calls=Count("id"))
-        .order_by()
+        for row in spend.values("day").annotate(cost=Sum("cost_usd"), calls=Sum("calls")).order_by()
     }
-    daily = []
+    daily: list[dict[str, Any]] = []
     for offset in range(days):
         day = first_day + timedelta(days=offset)
         row = per_day.get(day, {})
-        daily.append(
-            {"day": day, "cost": row.get("cost") or Decimal(0), "calls": row.get("calls", 0)}
-        )
+        daily.append({"day": day, "cost": _usd(row.get("cost")), "calls": row.get("calls") or 0})
     total = sum((row["cost"] for row in daily), Decimal(0))
     call_count = sum(row["calls"] for row in daily)
 
     by_model = _rows(
-        calls.values("model")
+        spend.values("model")
         .annotate(
-            calls=Count("id"),
+            calls=Sum("calls"),
             input_tokens=Sum("input_tokens"),
             output_tokens=Sum("output_tokens"),
             cache_read_tokens=Sum("cache_read_tokens"),
             cache_write_tokens=Sum("cache_write_tokens"),
             cost=Sum("cost_usd"),
         )
+        .filter(calls__gt=0)
         .order_by("-cost", "model")
     )
-    by_author = _rows(
-        calls.values(author=F("run__goal__author__username"))
-        .annotate(calls=Count("id"), runs=Count("run", distinct=True), cost=Sum("cost_usd"))
-        .order_by("-cost", "author")
+    runs = RunRollup.objects.filter(day__gte=first_day)
+    # Runs an author created in the window (a run counts once, however many days it calls).
+    runs_by_author = dict(
+        runs.values_list("author").annotate(n=Sum("runs")).order_by().values_list("author", "n")
     )
+    by_author = _rows(
+        spend.values("author_id", name=F("author__username"))
+        .annotate(calls=Sum("calls"), cost=Sum("cost_usd"))
+        .filter(calls__gt=0)
+        .order_by("-cost", "name")
+    )
+    for row in by_author:
+        row["author"] = row.pop("name")
+        row["runs"] = runs_by_author.get(row.pop("author_id"), 0)
     for row in [*by_model, *by_author]:
+        row["cost"] = _usd(row["cost"])
         row["share"] = float(row["cost"] / total) if total else 0.0
 
-    tool_calls = ToolCall.objects.filter(started_at__gte=since)
     by_tool = _rows(
-        tool_calls.values("tool")
+        ToolRollup.objects.filter(day__gte=first_day)
+        .values("tool")
         .annotate(
-            calls=Count("id"),
-            errors=Count("id", filter=~Q(error="")),
-            runs=Count("run", distinct=True),
-            avg_ms=Avg("duration_ms"),
+            calls=Sum("calls"),
+            errors=Sum("errors"),
+            duration_ms=Sum("duration_ms"),
         )
+        .filter(calls__gt=0)
         .order_by("-calls", "tool")
     )
-    runs = Run.objects.filter(created_at__gte=since)
     # Tools spend no tokens, so a tool's cost is that of the runs whose plan uses it: a run
-    # using several tools counts fully under each. One scan of the window's runs for all tools.
-    planned_cost = (
-        runs.aggregate(
-            **{
-                f"tool_{index}": Sum("cost_usd", filter=uses_tool(row["tool"]))
-                for index, row in enumerate(by_tool)
-            }
+    # using several tools counts fully under each.
+    planned: dict[str, dict[str, Any]] = {
+        row["tool"]: dict(row)
+        for row in PlannedToolRollup.objects.filter(
+            day__gte=first_day, tool__in=[row["tool"] for row in by_tool]
         )
-        if by_tool
-        else {}
-    )
-    for index, row in enumerate(by_tool):
+        .values("tool")
+        .annotate(runs=Sum("runs"), cost=Sum("cost_usd"))
+        .order_by()
+    }
+    for row in by_tool:
         row["error_rate"] = Rate(row["errors"], row["calls"]).rate
-        row["runs_cost"] = planned_cost[f"tool_{index}"] or Decimal(0)
+        row["avg_ms"] = row.pop("duration_ms") / row["calls"]
+        planning = planned.get(row["tool"], {})
+        row["runs"] = planning.get("runs") or 0
+        row["runs_cost"] = _usd(planning.get("cost"))
 
     run_counts = runs.aggregate(
-        total=Count("id"),
-        finished=Count("id", filter=Q(status__in=Run.TERMINAL)),
-        exhausted=Count("id", filter=Q(status=Run.Status.BUDGET_EXHAUSTED)),
+        total=Sum("runs"),
+        finished=Sum("finished"),
+        exhausted=Sum("budget_exhausted"),
+        completed=Sum("completed"),
+        completed_tokens=Sum("completed_tokens"),
     )
-    # Decided by a reviewer: expired requests were never decided.
-    decided = Approval.objects.filter(
-        decided_at__gte=since,
-        decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED],
-    )
-    approval_counts = decided.aggregate(
-        decided=Count("id"), rejected=Count("id", filter=Q(decision=Approval.Decision.REJECTED))
+    approval_counts = ApprovalRollup.objects.filter(day__gte=first_day).aggregate(
+        decided=Sum("decided"), rejected=Sum("rejected")
     )
 
     return CostReport(
@@ -174,31 +185,44 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         by_model=by_model,
         by_author=by_author,
         by_tool=by_tool,
-        tokens=_tokens_per_completed_run(runs.filter(status=Run.Status.COMPLETED)),
-        rejections=Rate(approval_counts["rejected"], approval_counts["decided"]),
+        tokens=_tokens_per_completed_run(
+            first_day, run_counts["completed"] or 0, run_counts["completed_tokens"] or 0
+        ),
+        rejections=Rate(approval_counts["rejected"] or 0, approval_counts["decided"] or 0),
         tool_errors=Rate(sum(r["errors"] for r in by_tool), sum(r["calls"] for r in by_tool)),
-        budget_exhaustion=Rate(run_counts["exhausted"], run_counts["finished"]),
-        runs=run_counts["total"],
+        budget_exhaustion=Rate(run_counts["exhausted"] or 0, run_counts["finished"] or 0),
+        runs=run_counts["total"] or 0,
         generated_at=now,
     )
 
 
-def _tokens_per_completed_run(runs: QuerySet[Run]) -> TokenStats:
-    tokens = F("input_tokens") + F("output_tokens") + F("cache_read_tokens")
-    totals = sorted(runs.values_list(tokens + F("cache_write_tokens"), flat=True))
-    if not totals:
+def _tokens_per_completed_run(first_day: date, runs: int, tokens: int) -> TokenStats:
+    """Average exact; median and p95 from the histogram, rounded down to two figures."""
+    if runs <= 0:
         return TokenStats(runs=0, average=None, p50=None, p95=None)
-
-    def percentile(fraction: float) -> int:
-        # Nearest rank: the smallest value with at least `fraction` of the runs at or below it.
-        return totals[max(1, math.ceil(fraction * len(totals))) - 1]
-
-    return TokenStats(
-        runs=len(totals),
-        average=sum(totals) / len(totals),
-        p50=percentile(0.50),
-        p95=percentile(0.95),
+    histogram = (
+        TokenRollup.objects.filter(day__gte=first_day, runs__gt=0)
+        .values_list("tokens")
+        .annotate(n=Sum("runs"))
+        .order_by("tokens")
     )
+    buckets = list(histogram.values_list("tokens", "n"))
+
+    def percentile(fraction: float) -> int | None:
+        # Nearest rank: the smallest value with at least `fraction` of the runs at or below it.
+        rank, seen = max(1, math.ceil(fraction * runs)), 0
+        for bucket, count in buckets:
+            seen += count
+            if seen >= rank:
+                return int(bucket)
+        return None  # the histogram holds fewer runs than counted: a rollup to rebuild
+
+    return TokenStats(runs=runs, average=tokens / runs, p50=percentile(0.50), p95=percentile(0.95))
+
+
+def _usd(value: Decimal | float | None) -> Decimal:
+    """A summed amount as the page shows it: SQLite sums decimals as floats."""
+    return Decimal(str(value or 0)).quantize(Decimal("0.00000001"))
 
 
 def _rows(values: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

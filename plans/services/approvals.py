@@ -20,6 +20,7 @@ from plans.models import Approval, Run
 from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
 from plans.runtime.events import INBOX_GROUP, append_events, group_send
 from plans.runtime.tasks import run_enqueue
+from plans.services.costs import approval_decided
 from plans.tools import get_registry
 
 
@@ -87,6 +88,7 @@ def approvals_decide(
             locked.reason = reason
             locked.decided_at = timezone.now()
             locked.save()
+            approval_decided(locked)
             append_events(
                 locked.run_id,
                 [decided_event(locked, decided_by=reviewer.get_username() if reviewer else via)],
