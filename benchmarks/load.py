@@ -2,8 +2,13 @@
 
 Not a test: it prints medians and percentiles against the targets of issue 18.
 
-    ./dev bench load                          # concurrency (50, 200) and pages at 100k runs
+    ./dev bench load                          # every section; then on PostgreSQL and Redis
     ./dev bench load --runs 50,200 --seed 1000000 --sections concurrency,pages
+    ./dev bench load --sections events-redis,enqueue   # with .ci/services.sh's services
+
+Events: an event's commit to a websocket client's receipt (embedded, or through Redis with a
+worker process). Enqueue: a run's enqueue to its start on idle workers, in process and in a
+separate worker process (SQLite; PostgreSQL with events-redis).
 
 Concurrency: N runs of a 5-step diamond (tools sleeping 50 ms, or 50-500 ms at random) whose
 answer model call takes 1 s (the offline model with AGENTSITE_OFFLINE_LATENCY_MS), all started
@@ -351,13 +356,97 @@ def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
                 process.wait(timeout=30)
 
 
+def enqueue_to_start(count: int) -> tuple[list[float], list[float]]:
+    """One run at a time on idle workers: (enqueue -> claim, enqueue -> run started) in ms.
+
+    From just before run_start (its enqueue commits in it) to the task's claim
+    (DBTaskResult.started_at) and to the run's start (Run.started_at, once advance begins).
+    """
+    from django.contrib.auth import get_user_model
+    from django_tasks_db.models import DBTaskResult
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    claims, starts = [], []
+    for _ in range(count):
+        steps = [{"id": 1, "tool": "bench_sleep", "args": {"ms": 0, "tag": 1}, "depends_on": []}]
+        run = run_create(author=author, goal_text="enqueue to start", plan_data={"steps": steps})
+        enqueued = time.time()
+        run_start(run)
+        deadline = time.monotonic() + 30
+        while (row := Run.objects.get(pk=run.pk)).finished_at is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the run did not finish: is a worker running?")
+            time.sleep(0.01)
+        task = DBTaskResult.objects.filter(args_kwargs__args__0=run.pk).get()
+        assert row.started_at and task.started_at
+        claims.append((task.started_at.timestamp() - enqueued) * 1000)
+        starts.append((row.started_at.timestamp() - enqueued) * 1000)
+    return claims, starts
+
+
+def section_enqueue(var_dir: str, count: int) -> None:
+    """Enqueue to start on idle workers: in this process (the embedded default), then in a
+    separate `run_worker` process (woken by a SQLite wake-up socket or PostgreSQL NOTIFY)."""
+    import subprocess
+
+    from django.db import connection
+    from django.test import override_settings
+
+    from plans.runtime.worker import start_worker_threads
+
+    def row(label: str, claims: list[float], starts: list[float]) -> None:
+        print(
+            f"{label:<44}{statistics.median(claims):>8.1f}{percentile(claims, 0.95):>8.1f}"
+            f"{statistics.median(starts):>11.1f}{percentile(starts, 0.95):>8.1f}"
+        )
+
+    print(
+        f"enqueue -> start, {connection.vendor}, {count} runs one at a time on idle workers "
+        "(ms; claim: the task's, start: Run.started_at)"
+    )
+    print(f"{'workers':<44}{'claim p50':>9}{'p95':>7}{'start p50':>11}{'p95':>8}")
+    env = {**os.environ, "AGENTSITE_OFFLINE_LATENCY_MS": "0", "PYTHONUNBUFFERED": "1"}
+    log_path = Path(var_dir, "enqueue-worker.log")
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "run_worker", "--threads", str(DEFAULT_WORKERS)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "threads, sweeper" not in log_path.read_text():
+            if time.monotonic() > deadline or worker.poll() is not None:
+                raise RuntimeError("run_worker did not start: " + log_path.read_text())
+            time.sleep(0.1)
+        enqueue_to_start(3)  # warm up
+        row("another process (`run_worker`)", *enqueue_to_start(count))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    with override_settings(AGENTSITE_OFFLINE_LATENCY_MS=0):
+        workers = start_worker_threads(DEFAULT_WORKERS, prefix="enqueue", listen=False)
+        try:
+            enqueue_to_start(3)
+            row("this process (embedded, as `serve`)", *enqueue_to_start(count))
+        finally:
+            for each in workers:
+                each.stop()
+    print("target: enqueue to start p50 <= 20 ms\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="50,200", help="concurrent run counts")
     parser.add_argument(
         "--sections",
-        default="events,concurrency,pages",
-        help="events,concurrency,pages (comma-separated)",
+        default="events,enqueue,concurrency,pages",
+        help="events,enqueue,concurrency,pages; events-redis (comma-separated)",
     )
     parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
     parser.add_argument("--repeats", type=int, default=10, help="requests per page")
@@ -369,7 +458,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
         database = None
         if "events-redis" in sections:
-            # Its own process settings: PostgreSQL and Redis (as started by .ci/services.sh).
+            # The whole process on PostgreSQL and Redis (as started by .ci/services.sh): the
+            # other sections given with it (enqueue) measure PostgreSQL.
             from benchmarks.handoff import create_database
 
             database = create_database(os.environ["AGENTSITE_TEST_DATABASE_URL"])
@@ -380,19 +470,22 @@ def main() -> int:
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, SQLite WAL in {var_dir}, DEBUG off\n"
         )
-        if "pages" in sections:
-            section_pages(args.seed, args.repeats)
-        if "events" in sections:
-            section_events(var_dir, 10)
-        if "events-redis" in sections:
-            try:
+        try:
+            if "pages" in sections:
+                section_pages(args.seed, args.repeats)
+            if "events" in sections:
+                section_events(var_dir, 10)
+            if "events-redis" in sections:
                 section_events(var_dir, 10, redis=True)
-            finally:
+            if "enqueue" in sections:
+                section_enqueue(var_dir, 30)
+            if "concurrency" in sections:
+                section_concurrency([int(n) for n in args.runs.split(",")])
+        finally:
+            if database is not None:
                 from benchmarks.handoff import drop_database
 
                 drop_database(database)
-        if "concurrency" in sections:
-            section_concurrency([int(n) for n in args.runs.split(",")])
     return 0
 
 
