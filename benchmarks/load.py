@@ -386,7 +386,8 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
             print(
                 f"  {concurrent} run(s) at once, {len(latencies)} events: "
                 f"p50 {statistics.median(latencies):.0f} ms, "
-                f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms"
+                f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms "
+                f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
             )
         print(f"target p95 <= {100 if redis else 50} ms\n")
     finally:
