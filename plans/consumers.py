@@ -114,6 +114,7 @@ class RunConsumer(SessionBound):
     pusher: asyncio.Task[None] | None = None
     graph_task: asyncio.Task[None] | None = None
     graph_again = False
+    graph_drawn_at = float("-inf")
 
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
@@ -219,8 +220,8 @@ class RunConsumer(SessionBound):
             self._graph_due()
 
     def _graph_due(self) -> None:
-        """Redraw the graph now, and again if steps change meanwhile (GRAPH_REDRAW_S after):
-        one drawing at a time per socket, the latest state last."""
+        """Redraw the graph: one drawing at a time per socket, at most one every
+        GRAPH_REDRAW_S, the latest state last."""
         if self.graph_task is not None and not self.graph_task.done():
             self.graph_again = True
             return
@@ -228,16 +229,16 @@ class RunConsumer(SessionBound):
 
     async def _send_graph(self) -> None:
         while True:
+            # A busy run's steps change faster than it is worth drawing them (each drawing is
+            # a `dot` run, CPU the pushes of events need): the latest state, now and then.
+            await asyncio.sleep(max(0.0, self.graph_drawn_at + GRAPH_REDRAW_S - time.monotonic()))
             self.graph_again = False
-            drawn_at = time.monotonic()
+            self.graph_drawn_at = time.monotonic()
             html = await database_sync_to_async(graph_fragment, thread_sensitive=False)(self.run_id)
             if html and not self.signed_out:
                 await self.send(text_data=html)
             if not self.graph_again:
                 return
-            # A busy run's steps change faster than it is worth drawing them (each drawing is
-            # a `dot` run, the CPU the pushes of events need): the latest state, now and then.
-            await asyncio.sleep(max(0.0, drawn_at + GRAPH_REDRAW_S - time.monotonic()))
 
 
 class PendingApprovalsConsumer(SessionBound):

@@ -401,3 +401,25 @@ async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order
     assert timeline_seqs(await next_events(socket)) == [first]
     assert timeline_seqs(await next_events(socket)) == [*second, *third]
     await socket.disconnect()
+
+
+async def test_a_graph_is_redrawn_at_most_every_so_often_and_the_latest_state_last(
+    finished_run, client, author, monkeypatch
+):
+    from plans import consumers
+
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+    monkeypatch.setattr(consumers, "GRAPH_REDRAW_S", 2.0)
+
+    first = await database_sync_to_async(append_events_with_step)(finished_run)
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [first]
+    assert 'id="graph"' in await socket.receive_from(RECEIVE_S)  # the first change: at once
+    second = await database_sync_to_async(append_events_with_step)(finished_run)
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [second]
+    assert await socket.receive_nothing(0.2)  # the next drawing waits for its turn
+    assert 'id="graph"' in await socket.receive_from(RECEIVE_S)
+    await socket.disconnect()
