@@ -9,6 +9,8 @@ that the next sender removes (a datagram to it is refused).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
 import hashlib
 import logging
@@ -69,12 +71,15 @@ class WakeupListener:
 
     def start(self) -> WakeupListener:
         self.thread.start()
+        atexit.register(self.stop)  # a process that ends abruptly leaves it to the senders
         return self
 
     def stop(self) -> None:
-        """Remove the socket and end the thread."""
+        """Remove the socket and end the thread (the directory stays: removing it could race
+        another process's start)."""
         self.path.unlink(missing_ok=True)
-        self._socket.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
 
     def _run(self) -> None:
         while True:
