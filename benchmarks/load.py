@@ -2,9 +2,13 @@
 
 Not a test: it prints medians and percentiles against the targets of issue 18.
 
-    ./dev bench load                          # everything: concurrency (50, 200), capacity,
-                                              # pages at 100k runs, events
+    ./dev bench load                          # every section; then on PostgreSQL and Redis
     ./dev bench load --runs 50,200 --seed 1000000 --sections concurrency,pages
+    ./dev bench load --sections events-redis,enqueue   # with .ci/services.sh's services
+
+Events: an event's commit to a websocket client's receipt (embedded, or through Redis with a
+worker process). Enqueue: a run's enqueue to its start on idle workers, in process and in a
+separate worker process (SQLite; PostgreSQL with events-redis).
 
 Concurrency: N runs of a 5-step diamond (tools sleeping 50 ms, or 50-500 ms at random) whose
 answer model call takes 1 s (the offline model with AGENTSITE_OFFLINE_LATENCY_MS), all started
@@ -26,6 +30,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 MODEL_LATENCY_MS = 1000
 DEFAULT_WORKERS = 2  # `manage.py serve --workers` default
+EVENTS_CONCURRENT = 4  # runs at once while events are measured under load
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -355,18 +361,48 @@ def section_pages(count: int, repeats: int) -> None:
     print("targets: every page p95 <= 300 ms on SQLite (<= 150 ms on PostgreSQL) at 1M runs\n")
 
 
-def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
+def watch_run(
+    url: str, origin: str, cookie: str, run_id: int, ready: threading.Barrier
+) -> dict[int, float]:
+    """A run page's socket: when each seq was first received (time.time()), until it finishes."""
+    import re
+
+    from websockets.sync.client import connect
+
+    from plans.models import RunEvent
+
+    seq_re = re.compile(r'data-seq="(\d+)"')
+    received: dict[int, float] = {}
+    with connect(
+        url, origin=origin, additional_headers={"Cookie": cookie}, proxy=None, open_timeout=10
+    ) as ws:
+        ready.wait(30)
+        finished = time.monotonic() + 60
+        while time.monotonic() < finished:
+            try:
+                html = ws.recv(timeout=0.5)
+            except TimeoutError:
+                if RunEvent.objects.filter(run_id=run_id, kind="run_finished").exists():
+                    break
+                continue
+            now = time.time()
+            for seq in seq_re.findall(str(html)):
+                received.setdefault(int(seq), now)
+    return received
+
+
+def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
     """Event commit (RunEvent.at) to a websocket client's receipt, through `manage.py serve`
     (embedded: in-process workers, in-memory layer) or, with redis, `serve --workers 0` and a
-    `run_worker` process on PostgreSQL with the Redis channel layer."""
-    import re
+    `run_worker` process on PostgreSQL with the Redis channel layer. Each round starts 1 run
+    (quiet) or EVENTS_CONCURRENT runs at once (loaded), each watched by a socket of its own."""
     import socket
     import subprocess
+    from concurrent.futures import ThreadPoolExecutor
 
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.test import Client
-    from websockets.sync.client import connect
 
     from plans.models import RunEvent
     from plans.services.runs import run_create, run_start
@@ -393,6 +429,12 @@ def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
             stdout=open(Path(var_dir, "worker.log"), "w"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
         )
+    where = (
+        "through Redis (PostgreSQL, `serve --workers 0` + a `run_worker` process)"
+        if redis
+        else "embedded default (`serve`: SQLite, in-memory layer, 2 worker slots)"
+    )
+    print(f"event commit -> websocket receipt, {where}, {rounds} rounds")
     try:
         deadline = time.monotonic() + 60
         while "serving on" not in Path(var_dir, "serve.log").read_text():
@@ -404,49 +446,52 @@ def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
             user = get_user_model().objects.create_superuser("load-operator")
         client = Client()
         client.force_login(user)
-        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-        seq_re = re.compile(r'data-seq="(\d+)"')
-        latencies: list[float] = []
-        for _ in range(runs):
-            steps = diamond(lambda: 20.0)
-            run = run_create(author=user, goal_text="event latency", plan_data={"steps": steps})
-            received: dict[int, float] = {}
-            with connect(
-                f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?after=0",
-                origin=f"http://127.0.0.1:{port}",
-                additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}"},
-                proxy=None,
-                open_timeout=10,
-            ) as ws:
-                connected = time.time()
-                run_start(run)
-                finished = time.monotonic() + 30
-                while time.monotonic() < finished:
-                    try:
-                        html = ws.recv(timeout=0.5)
-                    except TimeoutError:
-                        if RunEvent.objects.filter(run=run, kind="run_finished").exists():
-                            break
-                        continue
-                    now = time.time()
-                    for seq in seq_re.findall(str(html)):
-                        received.setdefault(int(seq), now)
-            for event in RunEvent.objects.filter(run=run):
-                at = event.at.timestamp()
-                if event.seq in received and at > connected:
-                    latencies.append((received[event.seq] - at) * 1000)
-        if not latencies:
-            raise RuntimeError("no event reached the socket")
-        where = (
-            "through Redis (PostgreSQL, `serve --workers 0` + a `run_worker` process)"
-            if redis
-            else "embedded default (`serve`: SQLite, in-memory layer, 2 worker slots)"
-        )
-        print(
-            f"event commit -> websocket receipt, {where}, {runs} runs, {len(latencies)} events: "
-            f"p50 {statistics.median(latencies):.0f} ms, p95 {percentile(latencies, 0.95):.0f} ms,"
-            f" max {max(latencies):.0f} ms (target p95 <= {100 if redis else 50} ms)\n"
-        )
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        cookie = f"{settings.SESSION_COOKIE_NAME}={session}"
+        origin = f"http://127.0.0.1:{port}"
+        for concurrent in (1, EVENTS_CONCURRENT):
+            latencies: list[float] = []
+            with ThreadPoolExecutor(concurrent) as pool:
+                for _ in range(rounds):
+                    runs = [
+                        run_create(
+                            author=user,
+                            goal_text="event latency",
+                            plan_data={"steps": diamond(lambda: 20.0)},
+                        )
+                        for _ in range(concurrent)
+                    ]
+                    ready = threading.Barrier(concurrent + 1)
+                    watches = [
+                        pool.submit(
+                            watch_run,
+                            f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?after=0",
+                            origin,
+                            cookie,
+                            run.pk,
+                            ready,
+                        )
+                        for run in runs
+                    ]
+                    ready.wait(30)
+                    connected = time.time()
+                    for run in runs:
+                        run_start(run)
+                    for run, watch in zip(runs, watches, strict=True):
+                        received = watch.result()
+                        for event in RunEvent.objects.filter(run=run):
+                            at = event.at.timestamp()
+                            if event.seq in received and at > connected:
+                                latencies.append((received[event.seq] - at) * 1000)
+            if not latencies:
+                raise RuntimeError("no event reached the socket")
+            print(
+                f"  {concurrent} run(s) at once, {len(latencies)} events: "
+                f"p50 {statistics.median(latencies):.0f} ms, "
+                f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms "
+                f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+            )
+        print(f"target p95 <= {100 if redis else 50} ms\n")
     finally:
         for process in (server, worker):
             if process is not None:
@@ -454,13 +499,97 @@ def section_events(var_dir: str, runs: int, *, redis: bool = False) -> None:
                 process.wait(timeout=30)
 
 
+def enqueue_to_start(count: int) -> tuple[list[float], list[float]]:
+    """One run at a time on idle workers: (enqueue -> claim, enqueue -> run started) in ms.
+
+    From just before run_start (its enqueue commits in it) to the task's claim
+    (DBTaskResult.started_at) and to the run's start (Run.started_at, once advance begins).
+    """
+    from django.contrib.auth import get_user_model
+    from django_tasks_db.models import DBTaskResult
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    claims, starts = [], []
+    for _ in range(count):
+        steps = [{"id": 1, "tool": "bench_sleep", "args": {"ms": 0, "tag": 1}, "depends_on": []}]
+        run = run_create(author=author, goal_text="enqueue to start", plan_data={"steps": steps})
+        enqueued = time.time()
+        run_start(run)
+        deadline = time.monotonic() + 30
+        while (row := Run.objects.get(pk=run.pk)).finished_at is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the run did not finish: is a worker running?")
+            time.sleep(0.01)
+        task = DBTaskResult.objects.filter(args_kwargs__args__0=run.pk).get()
+        assert row.started_at and task.started_at
+        claims.append((task.started_at.timestamp() - enqueued) * 1000)
+        starts.append((row.started_at.timestamp() - enqueued) * 1000)
+    return claims, starts
+
+
+def section_enqueue(var_dir: str, count: int) -> None:
+    """Enqueue to start on idle workers: in this process (the embedded default), then in a
+    separate `run_worker` process (woken by a SQLite wake-up socket or PostgreSQL NOTIFY)."""
+    import subprocess
+
+    from django.db import connection
+    from django.test import override_settings
+
+    from plans.runtime.worker import start_worker_threads
+
+    def row(label: str, claims: list[float], starts: list[float]) -> None:
+        print(
+            f"{label:<44}{statistics.median(claims):>8.1f}{percentile(claims, 0.95):>8.1f}"
+            f"{statistics.median(starts):>11.1f}{percentile(starts, 0.95):>8.1f}"
+        )
+
+    print(
+        f"enqueue -> start, {connection.vendor}, {count} runs one at a time on idle workers "
+        "(ms; claim: the task's, start: Run.started_at)"
+    )
+    print(f"{'workers':<44}{'claim p50':>9}{'p95':>7}{'start p50':>11}{'p95':>8}")
+    env = {**os.environ, "AGENTSITE_OFFLINE_LATENCY_MS": "0", "PYTHONUNBUFFERED": "1"}
+    log_path = Path(var_dir, "enqueue-worker.log")
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "run_worker", "--threads", str(DEFAULT_WORKERS)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "threads, sweeper" not in log_path.read_text():
+            if time.monotonic() > deadline or worker.poll() is not None:
+                raise RuntimeError("run_worker did not start: " + log_path.read_text())
+            time.sleep(0.1)
+        enqueue_to_start(3)  # warm up
+        row("another process (`run_worker`)", *enqueue_to_start(count))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    with override_settings(AGENTSITE_OFFLINE_LATENCY_MS=0):
+        workers = start_worker_threads(DEFAULT_WORKERS, prefix="enqueue", listen=False)
+        try:
+            enqueue_to_start(3)
+            row("this process (embedded, as `serve`)", *enqueue_to_start(count))
+        finally:
+            for each in workers:
+                each.stop()
+    print("target: enqueue to start p50 <= 20 ms\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="50,200", help="concurrent run counts")
     parser.add_argument(
         "--sections",
-        default="events,concurrency,capacity,pages",
-        help="events,concurrency,capacity,pages (comma-separated)",
+        default="events,enqueue,concurrency,capacity,pages",
+        help="events,enqueue,concurrency,capacity,pages; events-redis (comma-separated)",
     )
     parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
     parser.add_argument("--repeats", type=int, default=10, help="requests per page")
@@ -472,7 +601,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
         database = None
         if "events-redis" in sections:
-            # Its own process settings: PostgreSQL and Redis (as started by .ci/services.sh).
+            # The whole process on PostgreSQL and Redis (as started by .ci/services.sh): the
+            # other sections given with it (enqueue) measure PostgreSQL.
             from benchmarks.handoff import create_database
 
             database = create_database(os.environ["AGENTSITE_TEST_DATABASE_URL"])
@@ -483,21 +613,24 @@ def main() -> int:
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, SQLite WAL in {var_dir}, DEBUG off\n"
         )
-        if "pages" in sections:
-            section_pages(args.seed, args.repeats)
-        if "events" in sections:
-            section_events(var_dir, 10)
-        if "events-redis" in sections:
-            try:
+        try:
+            if "pages" in sections:
+                section_pages(args.seed, args.repeats)
+            if "events" in sections:
+                section_events(var_dir, 10)
+            if "events-redis" in sections:
                 section_events(var_dir, 10, redis=True)
-            finally:
+            if "enqueue" in sections:
+                section_enqueue(var_dir, 30)
+            if "concurrency" in sections:
+                section_concurrency([int(n) for n in args.runs.split(",")])
+            if "capacity" in sections:
+                section_capacity(max(int(n) for n in args.runs.split(",")))
+        finally:
+            if database is not None:
                 from benchmarks.handoff import drop_database
 
                 drop_database(database)
-        if "concurrency" in sections:
-            section_concurrency([int(n) for n in args.runs.split(",")])
-        if "capacity" in sections:
-            section_capacity(max(int(n) for n in args.runs.split(",")))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from importlib import import_module
 from typing import Any
@@ -32,12 +33,16 @@ from plans.views.goals import (
 )
 from plans.views.params import MAX_ID, whole_number
 
+logger = logging.getLogger(__name__)
+
 # Close codes the htmx ws extension does not retry (it reconnects only on 1006/1011-1013).
 NOT_SIGNED_IN = 4401
 FORBIDDEN = 4403
 # How long a socket trusts its session before a send re-reads it (an expiry or a deleted
 # session announces nothing): a bound on the lag, without a read per push.
 SESSION_RECHECK_S = 5.0
+# A socket redraws its run's graph at most this often (the first change is drawn at once).
+GRAPH_REDRAW_S = 0.25
 
 
 class SessionBound(AsyncWebsocketConsumer):
@@ -104,9 +109,18 @@ class RunConsumer(SessionBound):
     run_id: int
     last_sent = 0
     group = ""
+    # Batches received but not yet pushed, and the task pushing them (see run_events).
+    pending: list[dict[str, Any]]
+    pusher: asyncio.Task[None] | None = None
+    graph_task: asyncio.Task[None] | None = None
+    graph_again = False
+    graph_drawn_at = float("-inf")
 
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        self.pending = []
+        # One push renders and goes out at a time, so pushes leave in seq order.
+        self.pushing = asyncio.Lock()
         user = self.scope.get("user")
         # Accept, then close with a code: a refused handshake would make the client retry.
         await self.accept()
@@ -126,6 +140,9 @@ class RunConsumer(SessionBound):
         await super().disconnect(code)
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        for task in (self.pusher, self.graph_task):
+            if task is not None:
+                task.cancel()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.group:
@@ -139,15 +156,39 @@ class RunConsumer(SessionBound):
             await self.replay(after=resume_after)
 
     async def run_events(self, message: dict[str, Any]) -> None:
-        """type "run.events": a committed batch, in seq order."""
-        events = [event for event in message["events"] if event["seq"] > self.last_sent]
-        if not events:
-            return
-        if events[0]["seq"] > self.last_sent + 1:
-            # Something committed before this batch has not reached us (yet): read the log.
-            await self.replay(after=self.last_sent)
-            return
-        await self._send_events(events)
+        """type "run.events": a committed batch, in seq order.
+
+        Handed to the pusher rather than rendered here: batches that arrive while a push
+        renders go out together in the next one, so a busy run's events wait for at most one
+        render, not for one render per batch before them.
+        """
+        self.pending.extend(message["events"])
+        if self.pusher is None or self.pusher.done():
+            self.pusher = asyncio.ensure_future(self._push_pending())
+
+    async def _push_pending(self) -> None:
+        try:
+            await self._push_while_pending()
+        except Exception:
+            # As a failing handler would: close, so the client reconnects and replays.
+            logger.exception("run %s: a push failed", self.run_id)
+            await self.close(code=1011)
+
+    async def _push_while_pending(self) -> None:
+        while self.pending:
+            async with self.pushing:
+                batches, self.pending = self.pending, []
+                fresh = {e["seq"]: e for e in batches if e["seq"] > self.last_sent}
+                if not fresh:
+                    continue
+                events = [fresh[seq] for seq in sorted(fresh)]
+                if [e["seq"] for e in events] != list(
+                    range(self.last_sent + 1, self.last_sent + 1 + len(events))
+                ):
+                    # Something committed before these has not reached us (yet): read the log.
+                    await self._replay_holding_lock(after=self.last_sent)
+                else:
+                    await self._send_events(events)
 
     async def run_transient(self, message: dict[str, Any]) -> None:
         """type "run.transient": answer tokens as they stream (the stored answer follows)."""
@@ -155,6 +196,10 @@ class RunConsumer(SessionBound):
             await self.send(text_data=answer_delta_fragment(message["payload"].get("text", "")))
 
     async def replay(self, *, after: int) -> None:
+        async with self.pushing:
+            await self._replay_holding_lock(after=after)
+
+    async def _replay_holding_lock(self, *, after: int) -> None:
         events = await database_sync_to_async(_events_after)(self.run_id, after)
         if events:
             await self._send_events(events)
@@ -174,12 +219,9 @@ class RunConsumer(SessionBound):
         if live_fragment_needs_graph(events):
             self._graph_due()
 
-    graph_task: asyncio.Task[None] | None = None
-    graph_again = False
-
     def _graph_due(self) -> None:
-        """Redraw the graph once now, and once more after if steps change meanwhile: one
-        drawing at a time per socket, the latest state last."""
+        """Redraw the graph: one drawing at a time per socket, at most one every
+        GRAPH_REDRAW_S, the latest state last."""
         if self.graph_task is not None and not self.graph_task.done():
             self.graph_again = True
             return
@@ -187,7 +229,11 @@ class RunConsumer(SessionBound):
 
     async def _send_graph(self) -> None:
         while True:
+            # A busy run's steps change faster than it is worth drawing them (each drawing is
+            # a `dot` run, CPU the pushes of events need): the latest state, now and then.
+            await asyncio.sleep(max(0.0, self.graph_drawn_at + GRAPH_REDRAW_S - time.monotonic()))
             self.graph_again = False
+            self.graph_drawn_at = time.monotonic()
             html = await database_sync_to_async(graph_fragment, thread_sensitive=False)(self.run_id)
             if html and not self.signed_out:
                 await self.send(text_data=html)

@@ -1,6 +1,8 @@
 """The run page's websocket: who may connect, replay after a seq, live events exactly once."""
 
+import asyncio
 import re
+import threading
 
 import pytest
 from channels.db import database_sync_to_async
@@ -359,4 +361,65 @@ async def test_seqs_out_of_range_are_ignored_and_the_socket_carries_on(
 
     assert sorted(timeline_seqs(whole_log)) == list(range(1, last + 1))
     assert timeline_seqs(message) == [last]
+    await socket.disconnect()
+
+
+async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order(
+    finished_run, client, author, monkeypatch
+):
+    from plans import consumers
+
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+    rendering, both_queued = threading.Event(), threading.Event()
+    render, handle = consumers.live_fragment, consumers.RunConsumer.run_events
+    queued = []
+
+    def slow_render(run_id, events, viewer, **options):
+        if not rendering.is_set():
+            rendering.set()
+            both_queued.wait(RECEIVE_S)  # the next two batches come in meanwhile
+        return render(run_id, events, viewer, **options)
+
+    async def counting(self, message):
+        await handle(self, message)
+        queued.append(message)
+        if len(queued) == 3:
+            both_queued.set()
+
+    monkeypatch.setattr(consumers, "live_fragment", slow_render)
+    monkeypatch.setattr(consumers.RunConsumer, "run_events", counting)
+
+    (first,) = await append(finished_run, "run_status")
+    await asyncio.get_running_loop().run_in_executor(None, rendering.wait, RECEIVE_S)
+    second = await append(finished_run, "run_status", "run_status")
+    third = await append(finished_run, "run_status")
+
+    assert timeline_seqs(await next_events(socket)) == [first]
+    assert timeline_seqs(await next_events(socket)) == [*second, *third]
+    await socket.disconnect()
+
+
+async def test_a_graph_is_redrawn_at_most_every_so_often_and_the_latest_state_last(
+    finished_run, client, author, monkeypatch
+):
+    from plans import consumers
+
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+    monkeypatch.setattr(consumers, "GRAPH_REDRAW_S", 2.0)
+
+    first = await database_sync_to_async(append_events_with_step)(finished_run)
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [first]
+    assert 'id="graph"' in await socket.receive_from(RECEIVE_S)  # the first change: at once
+    second = await database_sync_to_async(append_events_with_step)(finished_run)
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [second]
+    assert await socket.receive_nothing(0.2)  # the next drawing waits for its turn
+    assert 'id="graph"' in await socket.receive_from(RECEIVE_S)
     await socket.disconnect()

@@ -1,8 +1,8 @@
 """Workers that take queued tasks (advance_run) from the database and run them.
 
 An idle worker sleeps until it is woken: at once by an enqueue in its own process, through
-PostgreSQL LISTEN/NOTIFY by an enqueue in any other process, and every IDLE_POLL_S regardless
-(the fallback for SQLite across processes and for a notification missed while reconnecting).
+PostgreSQL LISTEN/NOTIFY (on SQLite, through a local socket: plans.runtime.wakeups) by an enqueue
+in any other process, and every IDLE_POLL_S regardless (the fallback for a wake-up missed).
 
 Waiting holds no worker: a process's worker count is a number of compute slots (runs that may
 advance at once), not of runs in progress. A run that waits on a model call or on its tool
@@ -36,6 +36,7 @@ from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import is_locked_database_exception
 
 from plans.runtime.bulk import column_sql, rows_where
+from plans.runtime.wakeups import wakeups_listen
 
 logger = logging.getLogger(__name__)
 
@@ -460,5 +461,6 @@ def start_worker_threads(
     anywhere; spare threads join them while runs wait, up to max_threads in all."""
     if listen:
         notifications_start()
+        wakeups_listen(waker.wake)  # SQLite: other processes' enqueues, through a socket
     group = WorkerGroup(count, prefix=prefix or worker_id_prefix(), max_threads=max_threads)
     return [group.start() for _ in range(count)]

@@ -51,7 +51,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-listen",
             action="store_true",
-            help="poll only, without PostgreSQL LISTEN/NOTIFY (for comparison)",
+            help="poll only, without wake-ups from other processes (for comparison)",
         )
         parser.add_argument("--worker-id", default="", help="id prefix (default: host-pid)")
 
