@@ -3,9 +3,10 @@
 The runs look like the offline demo goals' runs (plans, steps, tool calls, model calls,
 approvals, events) with a spread of outcomes, authors and dates. What a real run computes is
 computed here by the same functions: plan validation and rounds, placeholder resolution,
-argument hashes and idempotency keys, costs, redaction and the event hash chain. Rows are
-written with prepared INSERTs and explicit ids, so run it against a database nothing else is
-writing to.
+argument hashes and idempotency keys, costs, redaction and the event hash chain. A large
+seeding copies most runs from those generated (runs_seed says how). Rows are written in bulk
+(COPY on PostgreSQL, prepared INSERTs on SQLite) with explicit ids, so run it against a
+database nothing else is writing to.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ STATUS_WEIGHTS = {
     # crashed run's leftover and carry it on.
     Run.Status.AWAITING_APPROVAL: 7,
 }
+# A large seeding generates one run in N in full; the others copy one of the last originals.
+ORIGINALS_FIRST = 1000  # a small seeding is all generated runs
+TEMPLATES_KEPT = 64
+SQLITE_CACHE_KIB = -512_000  # negative: KiB, not pages
 REJECT_REASONS = ["amount looks wrong", "customer already refunded", "dates need checking"]
 
 # (id, tool, args, depends_on, destructive, result)
@@ -165,16 +170,17 @@ def runs_seed(
     seed: int = 1,
     batch: int = 2000,
     originals_every: int = 1,
+    originals_first: int = ORIGINALS_FIRST,
     now: datetime | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> int:
     """Create `count` synthetic runs; returns how many were created.
 
-    The first ORIGINALS_FIRST runs and then one in `originals_every` are generated in full
-    (their event logs included); each of the others copies the rows of one of the last originals (goal, plan, steps, approvals, model
-    and tool calls, costs and outcome) under a new author and dates, without an event log.
-    Generating a run costs ~10x what copying one does, so this is what lets a million runs be
-    seeded in minutes.
+    The first `originals_first` runs and then one in `originals_every` are generated in full
+    (their event logs included); each of the others copies the rows of one of the last
+    originals (goal, plan, steps, approvals, model and tool calls, costs and outcome) under a
+    new author and dates, without an event log. Generating a run costs ~10x what copying one
+    does: this is what lets a million runs be seeded in minutes.
     """
     rng = random.Random(seed)
     now = now or timezone.now()
@@ -191,7 +197,7 @@ def runs_seed(
             rows = _Rows()
             for number in range(done, done + size):
                 author = rng.choice(users)
-                if number < ORIGINALS_FIRST or number % originals_every == 0:
+                if number < originals_first or number % originals_every == 0:
                     mark = rows.mark()
                     _one_run(rows, ids, rng, now=now, days=days, author=author, models=models)
                     templates.append(_template(rows.since(mark)))
@@ -301,9 +307,6 @@ _LINKS: dict[type[Model], dict[str, type[Model]]] = {
     ModelCall: {"id": ModelCall, "run_id": Run},
     ToolCall: {"id": ToolCall, "run_id": Run, "step_id": Step},
 }
-TEMPLATES_KEPT = 64
-ORIGINALS_FIRST = 1000  # a small seeding is all generated runs
-SQLITE_CACHE_KIB = -512_000  # negative: KiB, not pages
 
 
 def _template(
