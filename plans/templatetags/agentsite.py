@@ -12,6 +12,7 @@ from django.utils.timesince import timesince
 
 from plans.models import Run, RunEvent
 from plans.roles import four_eyes_forbids
+from plans.selectors import approvals as approval_selectors
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 
 register = template.Library()
@@ -70,6 +71,13 @@ def json_block(value: Any) -> SafeString:
         f"{len(text):,}",
         text,
     )
+
+
+@register.filter
+def capped_count(count: int) -> str:
+    """A waiting count as the badge shows it: "1,000+" past the count's cap."""
+    cap = approval_selectors.WAITING_COUNT_CAP
+    return f"{cap:,}+" if count > cap else str(count)
 
 
 @register.filter
