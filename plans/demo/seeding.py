@@ -63,6 +63,7 @@ STATUS_WEIGHTS = {
 ORIGINALS_FIRST = 1000  # a small seeding is all generated runs
 TEMPLATES_KEPT = 64
 SQLITE_CACHE_KIB = -512_000  # negative: KiB, not pages
+SQLITE_ANALYSIS_ROWS = 2000
 REJECT_REASONS = ["amount looks wrong", "customer already refunded", "dates need checking"]
 
 # (id, tool, args, depends_on, destructive, result)
@@ -212,6 +213,7 @@ def runs_seed(
             if progress:
                 progress(done)
     _reset_sequences()
+    tables_analyze()
     return done
 
 
@@ -696,6 +698,19 @@ def _large_cache() -> Iterator[None]:
             yield
         finally:
             cursor.execute(f"PRAGMA cache_size = {int(before)}")
+
+
+def tables_analyze() -> None:
+    """Give the query planner statistics of the tables just loaded: without them it guesses
+    (SQLite never gathers them by itself; PostgreSQL's autovacuum does, but minutes later)."""
+    tables = [model._meta.db_table for model in (Goal, Run, Plan, Step, Approval, ModelCall)]
+    tables += [ToolCall._meta.db_table, RunEvent._meta.db_table]
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            # A sample of each index (as PRAGMA optimize takes), not a read of the whole file.
+            cursor.execute(f"PRAGMA analysis_limit = {SQLITE_ANALYSIS_ROWS}")
+        for table in tables:
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
 
 
 def _reset_sequences() -> None:

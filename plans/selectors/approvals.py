@@ -38,7 +38,7 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
     asked = len(questions_waiting(user))
     if not user.has_perm("plans.decide_approval"):
         return asked
-    return asked + approvals_waiting(user).values("pk")[: WAITING_COUNT_CAP + 1].count()
+    return asked + approvals_waiting(user).order_by().values("pk")[: WAITING_COUNT_CAP + 1].count()
 
 
 def step_decisions(plan: Plan) -> dict[int, Approval]:
