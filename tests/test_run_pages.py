@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from plans.models import Goal, Run
+from plans.selectors.approvals import approvals_waiting_first, pending_approvals_count
 from plans.selectors.runs import RUN_SORT_KEYS, RUN_SORTS, RunFilters, runs_matching, runs_page
 
 pytestmark = pytest.mark.django_db
@@ -135,3 +136,52 @@ def test_sqlite_serves_each_page_from_an_index_in_its_order(operator, many_runs,
         scans = [line for line in plan.splitlines() if re.match(r"SCAN plans_run\b", line)]
         assert all("INDEX" in line for line in scans), f"{sort}: full scan\n{plan}"
         assert "TEMP B-TREE" not in plan, f"{sort}: sorts every match\n{plan}"
+
+
+# The other documented filters are read through an index too (an author's runs come sorted
+# from their goals' index, so those are sorted; every other page is a range read in order).
+NARROWING_FILTERS = {
+    "author": RunFilters(author="olivia"),
+    "date range": RunFilters(
+        date_from=timezone.localdate() - timedelta(days=7), date_to=timezone.localdate()
+    ),
+    "status since": RunFilters(
+        status=Run.Status.FAILED, date_from=timezone.localdate() - timedelta(days=7)
+    ),
+}
+
+
+def full_scans(plan: str) -> list[str]:
+    """SQLite plan lines reading a whole table rather than an index."""
+    return [
+        line
+        for line in plan.splitlines()
+        if re.search(r"\bSCAN plans_\w+|\bSCAN auth_user\b", line) and "INDEX" not in line
+    ]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
+@pytest.mark.parametrize("name", list(NARROWING_FILTERS))
+def test_sqlite_reads_the_other_documented_filters_through_an_index(operator, many_runs, name):
+    filters = NARROWING_FILTERS[name]
+    with CaptureQueriesContext(connection) as captured:
+        runs_page(viewer=operator, filters=filters, size=50)
+    queries = [q["sql"] for q in captured.captured_queries if "plans_run" in q["sql"]]
+
+    assert len(queries) >= 2  # the page and its capped count
+    for sql in queries:
+        plan = sqlite_plan(sql)
+        assert full_scans(plan) == [], f"{name}: full scan\n{plan}"
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
+def test_sqlite_reads_the_inbox_and_the_badge_count_through_indexes(reviewer):
+    with CaptureQueriesContext(connection) as captured:
+        approvals_waiting_first(reviewer)
+        pending_approvals_count(reviewer)
+    queries = [q["sql"] for q in captured.captured_queries if "plans_approval" in q["sql"]]
+
+    assert len(queries) >= 2
+    for sql in queries:
+        plan = sqlite_plan(sql)
+        assert full_scans(plan) == [], f"full scan\n{plan}"
