@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from plans.models import Goal, Run
+from plans.models import TERMINAL_STATUSES, Goal, Run
 from plans.selectors.approvals import approvals_waiting_first, pending_approvals_count
 from plans.selectors.runs import RUN_SORT_KEYS, RUN_SORTS, RunFilters, runs_matching, runs_page
 
@@ -185,3 +185,7 @@ def test_sqlite_reads_the_inbox_and_the_badge_count_through_indexes(reviewer):
     for sql in queries:
         plan = sqlite_plan(sql)
         assert full_scans(plan) == [], f"full scan\n{plan}"
+
+
+def test_the_live_runs_index_leaves_out_exactly_the_terminal_statuses():
+    assert set(TERMINAL_STATUSES) == set(Run.TERMINAL)
