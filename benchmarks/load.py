@@ -165,6 +165,7 @@ def section_concurrency(counts: list[int]) -> None:
     )
 
 
+BENCH_AUTHOR = "load-bench"
 BIG_RUN_GOAL = "load benchmark: a 500-step run"
 BIG_RUN_STEPS = 500
 PAGE_TARGET_MS = {"sqlite": 300, "postgresql": 150}
@@ -206,7 +207,7 @@ def big_run_id() -> int:
     from plans.runtime.advance import advance_run
     from plans.services.runs import run_create
 
-    author, _ = get_user_model().objects.get_or_create(username="load-bench")
+    author, _ = get_user_model().objects.get_or_create(username=BENCH_AUTHOR)
     existing = Run.objects.filter(goal__author=author, goal__text=BIG_RUN_GOAL).first()
     if existing:
         return existing.pk
@@ -255,7 +256,12 @@ def page_urls() -> list[tuple[str, str]]:
         )
     urls.append(("runs, last page", "/runs/?last=1"))
     urls.append(("approvals inbox", "/approvals/"))
-    seeded_run = Run.objects.filter(status="completed").order_by("-pk").first()
+    seeded_run = (
+        Run.objects.filter(status="completed")
+        .exclude(goal__author__username=BENCH_AUTHOR)
+        .order_by("-pk")
+        .first()
+    )
     urls.append((f"run page (seeded run {seeded_run.pk})", f"/runs/{seeded_run.pk}/"))
     urls.append((f"audit (seeded run {seeded_run.pk})", f"/runs/{seeded_run.pk}/audit/"))
     big = big_run_id()
