@@ -189,3 +189,29 @@ def test_sqlite_reads_the_inbox_and_the_badge_count_through_indexes(reviewer):
 
 def test_the_live_runs_index_leaves_out_exactly_the_terminal_statuses():
     assert set(TERMINAL_STATUSES) == set(Run.TERMINAL)
+
+
+@pytest.mark.parametrize("sort", list(RUN_SORT_KEYS))
+def test_a_prolific_authors_runs_are_read_in_the_lists_order_and_are_the_same(
+    operator, many_runs, monkeypatch, sort
+):
+    filters = RunFilters(author=operator.username, sort=sort)
+    by_author_index = [
+        r.pk for r in runs_page(viewer=operator, filters=filters, size=10).object_list
+    ]
+    monkeypatch.setattr("plans.selectors.runs.AUTHOR_WALKS_ORDER_OVER_GOALS", 0)
+
+    page = runs_page(viewer=operator, filters=filters, size=10)
+    queries = page_queries(operator, filters)
+
+    assert [r.pk for r in page.object_list] == by_author_index
+    assert page.count == 37
+    if connection.vendor == "sqlite":
+        for sql in queries:
+            assert "TEMP B-TREE" not in sqlite_plan(sql), sqlite_plan(sql)
+
+
+def test_an_unknown_author_has_no_runs(operator, many_runs):
+    page = runs_page(viewer=operator, filters=RunFilters(author="nobody"), size=10)
+
+    assert page.object_list == [] and page.count == 0

@@ -12,10 +12,10 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Func, IntegerField, Q, QuerySet
 from django.utils import timezone
 
-from plans.models import Run, Step
+from plans.models import Goal, Run, Step
 
 # --- who sees what: the one rule ---------------------------------------------------------
 
@@ -82,7 +82,7 @@ def runs_matching(*, viewer: User | AnonymousUser, filters: RunFilters) -> Query
     if filters.status:
         runs = runs.filter(status=filters.status)
     if filters.author:
-        runs = runs.filter(goal__author__username=filters.author)
+        runs = _by_author(runs, filters.author)
     # Day bounds become timestamps so the created_at index serves the range.
     if filters.date_from:
         runs = runs.filter(created_at__gte=start_of_day(filters.date_from))
@@ -254,6 +254,28 @@ def _cursor_read(cursor: str | None, key: SortKey) -> tuple[Any, int] | None:
         return parsed, pk
     except (ValueError, TypeError, binascii.Error, InvalidOperation, json.JSONDecodeError):
         return None
+
+
+# An author with more goals than this has the runs list read in its own order (the run_list
+# index), passing over other authors' runs; one with fewer, from the goals' author index, then
+# sorted. SQLite cannot weigh the two: it always took the author index, and at a million runs
+# sorted the 50,000 runs of one author in 20 for each page (1.2 s).
+AUTHOR_WALKS_ORDER_OVER_GOALS = 1_000
+
+
+def _by_author(runs: QuerySet[Run], username: str) -> QuerySet[Run]:
+    author_id = User.objects.filter(username=username).values_list("pk", flat=True).first()
+    if author_id is None:
+        return runs.none()
+    goals = Goal.objects.filter(author_id=author_id).values("pk")
+    if goals[: AUTHOR_WALKS_ORDER_OVER_GOALS + 1].count() <= AUTHOR_WALKS_ORDER_OVER_GOALS:
+        return runs.filter(goal__author_id=author_id)
+    # Unary plus: the same number, but an expression no index covers, so neither database
+    # reads the author index; each walks the index of the page's order instead.
+    unindexed = Func(
+        F("goal__author_id"), template="(+%(expressions)s)", output_field=IntegerField()
+    )
+    return runs.alias(author_unindexed=unindexed).filter(author_unindexed=author_id)
 
 
 def uses_tool(tool: str) -> Q:
