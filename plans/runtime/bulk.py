@@ -64,7 +64,7 @@ def load_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
         return
     connection = _connection(model)
     attnames = tuple(rows[0])
-    sql, converts = _load_statement(connection.alias, model, attnames)
+    sql, converts = _load_statement(connection.alias, connection.vendor, model, attnames)
     values = operator.itemgetter(*attnames) if len(attnames) > 1 else _one_tuple(attnames[0])
     params = []
     for row in rows:
@@ -271,8 +271,10 @@ def _insert_statement(
 
 @functools.cache
 def _load_statement(
-    alias: str, model: type[Model], attnames: tuple[str, ...]
+    alias: str, vendor: str, model: type[Model], attnames: tuple[str, ...]
 ) -> tuple[str, list[tuple[int, Callable[[Any], Any]]]]:
+    """The statement and converters for the database behind the alias now (tests repoint one
+    alias from SQLite to PostgreSQL, hence the vendor in the cache's key)."""
     connection = connections[alias]
     meta = model._meta
     names = [_field_name(meta, attname) for attname in attnames]
