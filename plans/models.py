@@ -69,6 +69,17 @@ class Goal(models.Model):
         return self.text[:80]
 
 
+# Run.TERMINAL's values, for the index on live runs (a class's Meta cannot see the class).
+TERMINAL_STATUSES = [
+    "blocked",
+    "budget_exhausted",
+    "cancelled",
+    "completed",
+    "failed",
+    "invalid_plan",
+]
+
+
 class Run(models.Model):
     """One attempt at a goal: its plans, its steps' outcomes, its answer and what it cost."""
 
@@ -175,6 +186,14 @@ class Run(models.Model):
                 fields=["experiment"],
                 name="run_experiment_idx",
                 condition=models.Q(experiment__isnull=False),
+            ),
+            # The runs still live (waiting, running): the few the nav badge and the inbox join
+            # pending approvals to. Without it PostgreSQL scans every run to find them. The
+            # statuses are Run.TERMINAL's (a test keeps them equal).
+            models.Index(
+                fields=["id"],
+                name="run_live_idx",
+                condition=~models.Q(status__in=TERMINAL_STATUSES),
             ),
             # The runs list (eval runs left out): one index per sort, alone and after a status,
             # so that every page is a range read in order (plans.selectors.runs.runs_page).
@@ -369,6 +388,13 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["decision", "-requested_at"]),
             models.Index(fields=["run", "decision"]),
+            # The inbox and the badge: the waiting requests, newest first, with their runs
+            # (PostgreSQL reads them from the index alone; 100 -> 33 ms at 28,000 waiting).
+            models.Index(
+                fields=["-requested_at", "-id", "run"],
+                condition=Q(decision="pending"),
+                name="approval_waiting_idx",
+            ),
         ]
         permissions = [("decide_approval", "Can approve or reject destructive steps")]
 

@@ -12,7 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from plans.models import Goal, Run
+from plans.models import TERMINAL_STATUSES, Goal, Run
+from plans.selectors.approvals import approvals_waiting_first, pending_approvals_count
 from plans.selectors.runs import RUN_SORT_KEYS, RUN_SORTS, RunFilters, runs_matching, runs_page
 
 pytestmark = pytest.mark.django_db
@@ -135,3 +136,82 @@ def test_sqlite_serves_each_page_from_an_index_in_its_order(operator, many_runs,
         scans = [line for line in plan.splitlines() if re.match(r"SCAN plans_run\b", line)]
         assert all("INDEX" in line for line in scans), f"{sort}: full scan\n{plan}"
         assert "TEMP B-TREE" not in plan, f"{sort}: sorts every match\n{plan}"
+
+
+# The other documented filters are read through an index too (an author's runs come sorted
+# from their goals' index, so those are sorted; every other page is a range read in order).
+NARROWING_FILTERS = {
+    "author": RunFilters(author="olivia"),
+    "date range": RunFilters(
+        date_from=timezone.localdate() - timedelta(days=7), date_to=timezone.localdate()
+    ),
+    "status since": RunFilters(
+        status=Run.Status.FAILED, date_from=timezone.localdate() - timedelta(days=7)
+    ),
+}
+
+
+def full_scans(plan: str) -> list[str]:
+    """SQLite plan lines reading a whole table rather than an index."""
+    return [
+        line
+        for line in plan.splitlines()
+        if re.search(r"\bSCAN plans_\w+|\bSCAN auth_user\b", line) and "INDEX" not in line
+    ]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
+@pytest.mark.parametrize("name", list(NARROWING_FILTERS))
+def test_sqlite_reads_the_other_documented_filters_through_an_index(operator, many_runs, name):
+    filters = NARROWING_FILTERS[name]
+    with CaptureQueriesContext(connection) as captured:
+        runs_page(viewer=operator, filters=filters, size=50)
+    queries = [q["sql"] for q in captured.captured_queries if "plans_run" in q["sql"]]
+
+    assert len(queries) >= 2  # the page and its capped count
+    for sql in queries:
+        plan = sqlite_plan(sql)
+        assert full_scans(plan) == [], f"{name}: full scan\n{plan}"
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
+def test_sqlite_reads_the_inbox_and_the_badge_count_through_indexes(reviewer):
+    with CaptureQueriesContext(connection) as captured:
+        approvals_waiting_first(reviewer)
+        pending_approvals_count(reviewer)
+    queries = [q["sql"] for q in captured.captured_queries if "plans_approval" in q["sql"]]
+
+    assert len(queries) >= 2
+    for sql in queries:
+        plan = sqlite_plan(sql)
+        assert full_scans(plan) == [], f"full scan\n{plan}"
+
+
+def test_the_live_runs_index_leaves_out_exactly_the_terminal_statuses():
+    assert set(TERMINAL_STATUSES) == set(Run.TERMINAL)
+
+
+@pytest.mark.parametrize("sort", list(RUN_SORT_KEYS))
+def test_a_prolific_authors_runs_are_read_in_the_lists_order_and_are_the_same(
+    operator, many_runs, monkeypatch, sort
+):
+    filters = RunFilters(author=operator.username, sort=sort)
+    by_author_index = [
+        r.pk for r in runs_page(viewer=operator, filters=filters, size=10).object_list
+    ]
+    monkeypatch.setattr("plans.selectors.runs.AUTHOR_WALKS_ORDER_OVER_GOALS", 0)
+
+    page = runs_page(viewer=operator, filters=filters, size=10)
+    queries = page_queries(operator, filters)
+
+    assert [r.pk for r in page.object_list] == by_author_index
+    assert page.count == 37
+    if connection.vendor == "sqlite":
+        for sql in queries:
+            assert "TEMP B-TREE" not in sqlite_plan(sql), sqlite_plan(sql)
+
+
+def test_an_unknown_author_has_no_runs(operator, many_runs):
+    page = runs_page(viewer=operator, filters=RunFilters(author="nobody"), size=10)
+
+    assert page.object_list == [] and page.count == 0

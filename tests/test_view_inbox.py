@@ -420,6 +420,23 @@ def test_the_nav_badge_counts_what_waits_for_reviewers(client, author, reviewer)
     assert badge.startswith('<span id="pending-count" class="badge" data-count="2"')
 
 
+def test_counts_stop_at_the_cap_and_say_so(client, author, reviewer, monkeypatch):
+    monkeypatch.setattr("plans.selectors.approvals.WAITING_COUNT_CAP", 3)
+    monkeypatch.setattr("plans.views.approvals.INBOX_RUNS", 1)
+    for goal in (TRIP_GOAL, TRIP_GOAL, REFUND_GOAL):
+        parked_run(author, goal)
+    assert Approval.objects.filter(decision="pending").count() == 5
+    client.force_login(reviewer)
+
+    badge = client.get(reverse("plans:pending_count")).content.decode()
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert badge.startswith('<span id="pending-count" class="badge" data-count="4"')
+    assert ">3+</span>" in badge
+    assert "The newest 1 of at least 3 runs waiting (more than 3 steps)." in page
+    assert 'href="/approvals/?runs=2"' in page
+
+
 def test_authors_get_no_badge_socket(client, author):
     parked_run(author, TRIP_GOAL)
     client.force_login(author)

@@ -168,6 +168,32 @@ def test_it_shows_the_run_its_steps_and_every_model_and_tool_call(client, author
     assert "Download JSON" in page
 
 
+def test_long_arguments_and_results_are_collapsed_to_a_preview_with_the_whole_escaped_inside(
+    client, author
+):
+    long_text = (SCRIPT + " " + "word " * 120).strip()
+    steps = [
+        {"id": 1, "tool": "echo", "args": {"text": long_text}, "depends_on": []},
+        {"id": 2, "tool": "echo", "args": {"text": "short"}, "depends_on": []},
+    ]
+    run = finished_run(author, plan={"steps": steps}, goal="Echo a long text")
+    client.force_login(author)
+
+    page = audit_page(client, run)
+
+    tools = section(page, "tool-calls-heading")
+    collapsed = re.findall(
+        r'<details class="json-long"><summary>(.*?)</summary>(.*?)</details>', tools, re.S
+    )
+    assert len(collapsed) == 2  # step 1's arguments and result; step 2's stay open
+    summary, whole = collapsed[0]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in summary and "characters" in summary
+    assert len(re.sub(r"<[^>]+>", "", summary)) < 200
+    assert whole.count("word") == 120 and "&lt;script&gt;" in whole
+    assert '<pre class="json">{\n  &quot;text&quot;: &quot;short&quot;\n}</pre>' in tools
+    assert executable_markup(page) == []
+
+
 def test_numbers_are_shown_with_separators_and_dollars_with_six_decimals(client, author):
     run = finished_run(author)
     Run.objects.filter(pk=run.pk).update(input_tokens=1234567, cost_usd="0.000123")

@@ -3,15 +3,20 @@
 The runs look like the offline demo goals' runs (plans, steps, tool calls, model calls,
 approvals, events) with a spread of outcomes, authors and dates. What a real run computes is
 computed here by the same functions: plan validation and rounds, placeholder resolution,
-argument hashes and idempotency keys, costs, redaction and the event hash chain. Rows are
-written with prepared INSERTs and explicit ids, so run it against a database nothing else is
-writing to.
+argument hashes and idempotency keys, costs, redaction and the event hash chain. A large
+seeding copies most runs from those generated (runs_seed says how). Rows are written in bulk
+(COPY on PostgreSQL, prepared INSERTs on SQLite) with explicit ids, so run it against a
+database nothing else is writing to.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import random
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -20,7 +25,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.color import no_style
 from django.db import connection, transaction
-from django.db.models import Max, Model
+from django.db.models import DateTimeField, JSONField, Max, Model
 from django.utils import timezone
 
 from plans import engine
@@ -30,7 +35,8 @@ from plans.guards.redaction import redacted_json
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.runtime.bulk import insert_rows
+from plans.runtime.bulk import JSONText, load_rows
+from plans.services.costs import rollup_rebuild
 from plans.services.plans import plan_check
 from plans.tools import get_registry
 
@@ -54,6 +60,11 @@ STATUS_WEIGHTS = {
     # crashed run's leftover and carry it on.
     Run.Status.AWAITING_APPROVAL: 7,
 }
+# A large seeding generates one run in N in full; the others copy one of the last originals.
+ORIGINALS_FIRST = 1000  # a small seeding is all generated runs
+TEMPLATES_KEPT = 64
+SQLITE_CACHE_KIB = -512_000  # negative: KiB, not pages
+SQLITE_ANALYSIS_ROWS = 2000
 REJECT_REASONS = ["amount looks wrong", "customer already refunded", "dates need checking"]
 
 # (id, tool, args, depends_on, destructive, result)
@@ -160,10 +171,19 @@ def runs_seed(
     days: int = 60,
     seed: int = 1,
     batch: int = 2000,
+    originals_every: int = 1,
+    originals_first: int = ORIGINALS_FIRST,
     now: datetime | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Create `count` synthetic runs; returns how many were created."""
+    """Create `count` synthetic runs; returns how many were created.
+
+    The first `originals_first` runs and then one in `originals_every` are generated in full
+    (their event logs included); each of the others copies the rows of one of the last
+    originals (goal, plan, steps, approvals, model and tool calls, costs and outcome) under a
+    new author and dates, without an event log. Generating a run costs ~10x what copying one
+    does: this is what lets a million runs be seeded in minutes.
+    """
     rng = random.Random(seed)
     now = now or timezone.now()
     users = _seed_authors(authors)
@@ -171,18 +191,32 @@ def runs_seed(
         settings.AGENTSITE_MODEL_PRICES
     )
     ids = _IdAllocator()
+    templates: deque[dict[type[Model], list[dict[str, Any]]]] = deque(maxlen=TEMPLATES_KEPT)
     done = 0
-    while done < count:
-        size = min(batch, count - done)
-        rows = _Rows()
-        for _ in range(size):
-            _one_run(rows, ids, rng, now=now, days=days, author=rng.choice(users), models=models)
-        with transaction.atomic():
-            rows.insert()
-        done += size
-        if progress:
-            progress(done)
+    with _large_cache():
+        while done < count:
+            size = min(batch, count - done)
+            rows = _Rows()
+            for number in range(done, done + size):
+                author = rng.choice(users)
+                if number < originals_first or number % originals_every == 0:
+                    mark = rows.mark()
+                    _one_run(rows, ids, rng, now=now, days=days, author=author, models=models)
+                    templates.append(_template(rows.since(mark)))
+                else:
+                    template = rng.choice(templates)
+                    status = template[Run][0]["status"]
+                    created_at = _created_at(rng, status, now=now, days=days)
+                    _copied_run(rows, ids, template, created_at=created_at, author=author)
+            with transaction.atomic():
+                rows.insert()
+            done += size
+            if progress:
+                progress(done)
     _reset_sequences()
+    # Rows loaded around the services: the costs rollup is summed afresh from them.
+    rollup_rebuild()
+    tables_analyze()
     return done
 
 
@@ -218,26 +252,124 @@ class _Rows:
             model: [] for model in (Goal, Run, Plan, Step, Approval, ModelCall, ToolCall, RunEvent)
         }
 
+    def mark(self) -> dict[type[Model], int]:
+        return {model: len(rows) for model, rows in self.by_model.items()}
+
+    def since(self, mark: dict[type[Model], int]) -> dict[type[Model], list[dict[str, Any]]]:
+        return {model: rows[mark[model] :] for model, rows in self.by_model.items()}
+
     def add(self, model: type[Model], row: dict[str, Any]) -> None:
         self.by_model[model].append(row)
 
     def insert(self) -> None:
         for model, rows in self.by_model.items():
             if rows:
-                insert_rows(model, _with_defaults(model, rows))
+                load_rows(model, _with_defaults(model, rows))
 
 
 def _with_defaults(model: type[Model], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fill columns the generator does not know about with their defaults (models grow)."""
-    missing = {}
+    """Fill, in place, the columns the generator does not know about with their defaults (models
+    grow)."""
+    defaults = _defaults(model)
+    complete = len(defaults) + 1  # and the id
+    for row in rows:
+        if len(row) < complete:
+            for name, value in defaults.items():
+                row.setdefault(name, value)
+    return rows
+
+
+@functools.cache
+def _defaults(model: type[Model]) -> dict[str, Any]:
+    """Each column's default but the id's (the seeding's time for auto_now columns)."""
+    defaults = {}
     for field in model._meta.concrete_fields:
-        if field.primary_key or field.generated or field.attname in rows[0]:
+        if field.primary_key or field.generated:
             continue
         if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-            missing[field.attname] = timezone.now()
+            defaults[field.attname] = timezone.now()
         else:
-            missing[field.attname] = field.get_default()
-    return [{**missing, **row} for row in rows] if missing else rows
+            defaults[field.attname] = field.get_default()
+    return defaults
+
+
+def _created_at(rng: random.Random, status: str, *, now: datetime, days: int) -> datetime:
+    oldest_s: float = days * 86400
+    if status == Run.Status.AWAITING_APPROVAL:
+        # Still waiting: younger than the approval time limit, or the sweeper would expire it.
+        oldest_s = min(oldest_s, settings.AGENTSITE_APPROVAL_TTL_S / 2)
+    return now - timedelta(seconds=rng.uniform(60, max(oldest_s, 61)))
+
+
+# The copied tables in an order that has each row's parents first, and in each the columns
+# naming a seeded row: the copies get new ids and point at their own copied parents.
+_LINKS: dict[type[Model], dict[str, type[Model]]] = {
+    Goal: {"id": Goal},
+    Run: {"id": Run, "goal_id": Goal},
+    Plan: {"id": Plan, "run_id": Run},
+    Step: {"id": Step, "plan_id": Plan},
+    Approval: {"id": Approval, "run_id": Run, "step_id": Step},
+    ModelCall: {"id": ModelCall, "run_id": Run},
+    ToolCall: {"id": ToolCall, "run_id": Run, "step_id": Step},
+}
+
+
+def _template(
+    rows: dict[type[Model], list[dict[str, Any]]],
+) -> dict[type[Model], list[dict[str, Any]]]:
+    """A generated run's rows with their defaults filled and JSON encoded once, for copies."""
+    for model, model_rows in rows.items():
+        json_names = {
+            field.attname for field in model._meta.concrete_fields if isinstance(field, JSONField)
+        }
+        _with_defaults(model, model_rows)
+        for row in model_rows:
+            for name in json_names & row.keys():
+                if row[name] is not None and type(row[name]) is not JSONText:
+                    row[name] = JSONText(json.dumps(row[name]))
+    return {model: rows[model] for model in _LINKS}
+
+
+def _copied_run(
+    rows: _Rows,
+    ids: _IdAllocator,
+    template: dict[type[Model], list[dict[str, Any]]],
+    *,
+    created_at: datetime,
+    author: Any,
+) -> None:
+    """Another run like the template: new ids, author and dates; no event log."""
+    shift = created_at - template[Run][0]["created_at"]
+    new_ids: dict[tuple[type[Model], int], int] = {}
+    registry = get_registry()
+    for model, links in _LINKS.items():
+        dates = _datetime_names(model)
+        for row in template[model]:
+            copy = dict(row)
+            for name, target in links.items():
+                if name == "id":
+                    copy["id"] = new_ids[target, row["id"]] = ids(model)
+                else:
+                    copy[name] = new_ids[target, row[name]]
+            for name in dates:
+                if copy.get(name) is not None:
+                    copy[name] += shift
+            rows.add(model, copy)
+    goal, run = rows.by_model[Goal][-1], rows.by_model[Run][-1]
+    goal["author_id"] = author.pk
+    run["last_seq"], run["last_event_hash"] = 0, ""
+    calls = rows.by_model[ToolCall]
+    for call in calls[len(calls) - len(template[ToolCall]) :]:
+        if registry[call["tool"]].destructive:
+            args = json.loads(call["args"])
+            call["idempotency_key"] = idempotency_key(call["tool"], args, run_id=run["id"], step="")
+
+
+@functools.cache
+def _datetime_names(model: type[Model]) -> tuple[str, ...]:
+    return tuple(
+        field.attname for field in model._meta.concrete_fields if isinstance(field, DateTimeField)
+    )
 
 
 def _one_run(
@@ -257,11 +389,7 @@ def _one_run(
         status = Run.Status.FAILED
     if status == Run.Status.AWAITING_APPROVAL and not destructive:
         status = Run.Status.COMPLETED
-    oldest_s: float = days * 86400
-    if status == Run.Status.AWAITING_APPROVAL:
-        # Still waiting: younger than the approval time limit, or the sweeper would expire it.
-        oldest_s = min(oldest_s, settings.AGENTSITE_APPROVAL_TTL_S / 2)
-    created_at = now - timedelta(seconds=rng.uniform(60, max(oldest_s, 61)))
+    created_at = _created_at(rng, status, now=now, days=days)
     goal_id, run_id = ids(Goal), ids(Run)
     rows.add(
         Goal,
@@ -419,7 +547,7 @@ def _steps(
     clock: datetime,
 ) -> tuple[datetime, int]:
     """Step rows (with tool calls and approvals) whose outcomes fit the run's status."""
-    depth = depths(_validated(specs))
+    depth = _depths(specs)
     outcome: dict[int, str] = {}
     results: dict[int, Any] = {}  # what succeeded steps returned, for their dependants' args
     failing = rng.choice([spec[0] for spec in specs if not spec[4]])
@@ -529,6 +657,17 @@ def _steps(
     return clock, rounds_run
 
 
+_DEPTHS: dict[tuple[Any, ...], dict[int, int]] = {}
+
+
+def _depths(specs: list[StepSpec]) -> dict[int, int]:
+    """Each step's round, the plan validated once per shape (its arguments differ in values)."""
+    shape = tuple((spec[0], spec[1], tuple(spec[3]), spec[4]) for spec in specs)
+    if shape not in _DEPTHS:
+        _DEPTHS[shape] = depths(_validated(specs))
+    return _DEPTHS[shape]
+
+
 def _validated(specs: list[StepSpec]) -> engine.Plan:
     """The engine's plan of the specs, validated against the registered tools like any plan."""
     data = {
@@ -545,6 +684,36 @@ def _validated(specs: list[StepSpec]) -> engine.Plan:
     if destructive != {spec[1] for spec in specs if registry[spec[1]].destructive}:
         raise ValueError(f"demo steps marked destructive ({destructive}) disagree with the tools")
     return plan
+
+
+@contextmanager
+def _large_cache() -> Iterator[None]:
+    """SQLite keeps 2 MB of pages by default: too few for the indexes of millions of rows, whose
+    pages then go back and forth to the file on every insert."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA cache_size")
+        (before,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA cache_size = {SQLITE_CACHE_KIB}")
+        try:
+            yield
+        finally:
+            cursor.execute(f"PRAGMA cache_size = {int(before)}")
+
+
+def tables_analyze() -> None:
+    """Give the query planner statistics of the tables just loaded: without them it guesses
+    (SQLite never gathers them by itself; PostgreSQL's autovacuum does, but minutes later)."""
+    tables = [model._meta.db_table for model in (Goal, Run, Plan, Step, Approval, ModelCall)]
+    tables += [ToolCall._meta.db_table, RunEvent._meta.db_table]
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            # A sample of each index (as PRAGMA optimize takes), not a read of the whole file.
+            cursor.execute(f"PRAGMA analysis_limit = {SQLITE_ANALYSIS_ROWS}")
+        for table in tables:
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
 
 
 def _reset_sequences() -> None:

@@ -24,15 +24,21 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
     return waiting.none() if rule is None else waiting.filter(rule)
 
 
+# Waiting requests are counted up to here, more shown as "1,000+": at a million runs thousands
+# wait, and counting them all (each joined to its run) on every page's nav badge took longer
+# than the page.
+WAITING_COUNT_CAP = 1_000
+
+
 def pending_approvals_count(user: User | AnonymousUser) -> int:
     """What the nav badge shows: approvals a reviewer could act on, and questions this person
-    is asked (ask_human steps waiting for them)."""
+    is asked (ask_human steps waiting for them); above WAITING_COUNT_CAP, not exactly."""
     if not user.is_authenticated:
         return 0
     asked = len(questions_waiting(user))
     if not user.has_perm("plans.decide_approval"):
         return asked
-    return asked + approvals_waiting(user).count()
+    return asked + approvals_waiting(user).order_by().values("pk")[: WAITING_COUNT_CAP + 1].count()
 
 
 def step_decisions(plan: Plan) -> dict[int, Approval]:
@@ -54,13 +60,17 @@ class InboxPage:
     """The requests of the runs that asked most recently (whole runs), and what is left."""
 
     approvals: list[Approval]
-    waiting: int  # requests waiting in all
-    runs_waiting: int  # runs they belong to
+    waiting: int  # requests waiting in all, counted up to WAITING_COUNT_CAP + 1
+    runs_waiting: int  # runs they belong to (of those counted)
     runs_shown: int
 
     @property
+    def counts_capped(self) -> bool:
+        return self.waiting > WAITING_COUNT_CAP
+
+    @property
     def more(self) -> bool:
-        return self.runs_shown < self.runs_waiting
+        return self.counts_capped or self.runs_shown < self.runs_waiting
 
 
 def approvals_waiting_first(user: User | AnonymousUser, *, runs: int = INBOX_RUNS) -> InboxPage:
@@ -69,19 +79,17 @@ def approvals_waiting_first(user: User | AnonymousUser, *, runs: int = INBOX_RUN
     Whole runs, so no decision group is cut in two; the rest are only counted, not loaded.
     """
     waiting = approvals_waiting(user)
-    newest: list[int] = []
     # Newest requests first; a run asking for several steps repeats, so read a few per run.
-    for run_id in waiting.values_list("run_id", flat=True)[: runs * 8]:
-        if run_id not in newest:
-            newest.append(run_id)
-            if len(newest) == runs:
-                break
+    # The same read counts them, up to the cap.
+    read = max(runs * 8, WAITING_COUNT_CAP + 1)
+    run_ids = list(waiting.values_list("run_id", flat=True)[:read])
+    newest = list(dict.fromkeys(run_ids))[:runs]
+    counted = run_ids[: WAITING_COUNT_CAP + 1]
     approvals = list(waiting.filter(run_id__in=newest)) if newest else []
-    counts = waiting.order_by().values("run_id").distinct().count()
     return InboxPage(
         approvals=approvals,
-        waiting=waiting.count(),
-        runs_waiting=counts,
+        waiting=len(counted),
+        runs_waiting=len(set(counted)),
         runs_shown=len(newest),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,8 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from plans.models import Goal, Run
+from plans.selectors.approvals import approvals_waiting_first, pending_approvals_count
 from plans.selectors.runs import RUN_SORT_KEYS, RunFilters, runs_page
 from tests.integration.conftest import postgres_settings
+from tests.test_run_pages import NARROWING_FILTERS
 
 pytestmark = pytest.mark.services
 
@@ -69,3 +72,33 @@ def explain_without_scans_or_sorts(sql: str) -> str:
             return "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("RESET ALL")
+
+
+def test_postgresql_reads_the_other_filters_and_the_inbox_through_indexes(
+    pg_database, this_process_on
+):
+    with this_process_on(postgres_settings(pg_database)):
+        call_command("migrate", verbosity=0)
+        operator = get_user_model().objects.create_superuser("olivia")
+        goal = Goal.objects.create(author=operator, text="pages")
+        for i in range(30):
+            Run.objects.create(
+                goal=goal, status=Run.Status.FAILED, budget_usd=Decimal("0.5"), budget_tokens=i
+            )
+        with CaptureQueriesContext(connection) as captured:
+            for filters in NARROWING_FILTERS.values():
+                runs_page(viewer=operator, filters=filters, size=50)
+            approvals_waiting_first(operator)
+            pending_approvals_count(operator)
+        queries = [
+            q["sql"]
+            for q in captured.captured_queries
+            if "plans_run" in q["sql"] and q["sql"].startswith("SELECT")
+        ]
+        assert len(queries) >= 2 * len(NARROWING_FILTERS) + 2
+        problems = []
+        for sql in queries:
+            plan = explain_without_scans_or_sorts(sql)
+            if re.search(r"Seq Scan on (plans_\w+|auth_user)", plan):
+                problems.append(f"{sql[:200]}\n{plan}")
+        assert not problems, "\n\n".join(problems)

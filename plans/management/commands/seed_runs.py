@@ -1,4 +1,8 @@
-"""manage.py seed_runs N: bulk-create N synthetic runs (plans.demo.seeding)."""
+"""manage.py seed_runs N: bulk-create N synthetic runs (plans.demo.seeding).
+
+A million runs take a few minutes: one run in --originals-every is generated in full, the
+others copy its rows under new ids, authors and dates (COPY on PostgreSQL).
+"""
 
 from __future__ import annotations
 
@@ -21,13 +25,29 @@ class Command(BaseCommand):
         parser.add_argument("--authors", type=int, default=5, help="spread over this many authors")
         parser.add_argument("--days", type=int, default=60, help="created within the last N days")
         parser.add_argument("--seed", type=int, default=1, help="same seed, same runs")
-        parser.add_argument("--batch", type=int, default=2000, help="runs per transaction")
+        parser.add_argument("--batch", type=int, default=5000, help="runs per transaction")
+        parser.add_argument(
+            "--originals-every",
+            type=int,
+            default=10,
+            help="generate one run in N in full (with its event log); copy the others' rows",
+        )
 
     def handle(
-        self, *args: Any, count: int, authors: int, days: int, seed: int, batch: int, **options: Any
+        self,
+        *args: Any,
+        count: int,
+        authors: int,
+        days: int,
+        seed: int,
+        batch: int,
+        originals_every: int,
+        **options: Any,
     ) -> None:
-        if count < 1 or authors < 1 or days < 1 or batch < 1:
-            raise CommandError("count, --authors, --days and --batch must be positive")
+        if min(count, authors, days, batch, originals_every) < 1:
+            raise CommandError(
+                "count, --authors, --days, --batch and --originals-every must be positive"
+            )
         if days > MAX_DAYS:
             raise CommandError(f"--days goes back at most {MAX_DAYS:,} days, got {days:,}")
         started = time.monotonic()
@@ -37,6 +57,7 @@ class Command(BaseCommand):
             days=days,
             seed=seed,
             batch=batch,
+            originals_every=originals_every,
             progress=lambda done: self.stdout.write(f"  {done:,} / {count:,} runs"),
         )
         self.stdout.write(
