@@ -114,7 +114,7 @@ def rows_where[M: Model](
     with connection.cursor() as cursor:
         cursor.execute(sql, _prepared(connection, model, equals))
         rows = cursor.fetchall()
-    converters = _converters(connection.alias, model)
+    converters = _converters(connection.alias, connection.vendor, model)
     attnames = _attnames(model)
     instances = []
     for row in rows:
@@ -193,10 +193,13 @@ def _select_statement(
 
 
 @functools.cache
-def _converters(alias: str, model: type[Model]) -> list[tuple[int, Callable[..., Any], Any]]:
+def _converters(
+    alias: str, vendor: str, model: type[Model]
+) -> list[tuple[int, Callable[..., Any], Any]]:
     """(column index, converter, column) for each conversion the loaded values need, in order.
 
-    The same converters the ORM applies to a queryset's rows (database, then field).
+    The same converters the ORM applies to a queryset's rows (database, then field); cached per
+    vendor too, since an alias may be pointed at another database (tests do it).
     """
     connection = connections[alias]
     converters = []

@@ -342,7 +342,8 @@ class RunWorker(Worker):
         ]
         try:
             with connection.cursor() as cursor:
-                cursor.execute(_claim_statement(alias, len(self.queue_names)), params)
+                statement = _claim_statement(alias, connection.vendor, len(self.queue_names))
+                cursor.execute(statement, params)
                 row = cursor.fetchone()
         except OperationalError as error:
             if is_locked_database_exception(error):
@@ -350,13 +351,16 @@ class RunWorker(Worker):
             raise
         if row is None:
             return None
-        (task_result,) = rows_where(DBTaskResult, id=row[0])
+        (task_result,) = rows_where(DBTaskResult, id=str(row[0]))  # a str on either database
         return task_result
 
 
 @functools.cache
-def _claim_statement(alias: str, queues: int) -> str:
-    """UPDATE ... RETURNING id of the next ready task (skipping rows locked on PostgreSQL)."""
+def _claim_statement(alias: str, vendor: str, queues: int) -> str:
+    """UPDATE ... RETURNING id of the next ready task (skipping rows locked on PostgreSQL).
+
+    Cached per vendor too: an alias may be pointed at another database (tests do it).
+    """
     connection = connections[alias]
     quote = connection.ops.quote_name
     meta = DBTaskResult._meta
@@ -365,7 +369,7 @@ def _claim_statement(alias: str, queues: int) -> str:
     def column(name: str) -> str:
         return column_sql(meta, quote, name)
 
-    if connection.vendor == "postgresql":
+    if vendor == "postgresql":
         append_worker = f"{column('worker_ids')} || jsonb_build_array(%s::text)"
         lock = " FOR UPDATE SKIP LOCKED"
     else:  # SQLite: the UPDATE takes the write lock, so no two workers claim one row
