@@ -488,3 +488,79 @@ def test_the_event_log_is_shown_a_page_at_a_time(client, author, monkeypatch):
     assert 'href="?events_after=5#events-heading" rel="next"' in first
     assert 'href="?events_after=0#events-heading" rel="prev"' in second
     assert "hash chain intact" in first  # checked over the whole log, not the page
+
+
+WIDE_PLAN = {
+    "steps": [
+        {"id": i, "tool": "echo", "args": {"text": f"row {i}"}, "depends_on": []}
+        for i in range(1, 13)
+    ]
+}
+
+
+def next_page(client, run, page, label):
+    """The audit page the `rel="next"` link of the pagination labelled `label` leads to."""
+    nav = re.search(rf'<nav class="pagination" aria-label="{label}">.*?</nav>', page, re.S)
+    assert nav, f"no {label} navigation"
+    link = re.search(r'<a href="\?([^"#]+)(#[^"]*)?" rel="next">', nav.group(0))
+    if link is None:
+        return None
+    key, value = link.group(1).split("=")
+    response = client.get(reverse("plans:run_audit", args=[run.pk]), {key: value})
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def step_rows(page):
+    return [int(step) for step in re.findall(r'<tr id="v1-step-(\d+)">', page)]
+
+
+def echoed(page):
+    return re.findall(
+        r"&quot;text&quot;: &quot;(row \d+)&quot;", section(page, "tool-calls-heading")
+    )
+
+
+def test_a_long_plan_shows_its_steps_and_tool_calls_a_page_at_a_time(client, author, monkeypatch):
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 5)
+    run = finished_run(author, plan=WIDE_PLAN, goal="Echo twelve rows", lift_plan_step_cap=True)
+    assert run.tool_calls.count() == 12
+    client.force_login(author)
+
+    first = audit_page(client, run)
+
+    assert step_rows(first) == [1, 2, 3, 4, 5]
+    assert "steps 1\u20135 of 12" in first
+    assert 'href="?steps_after=5#plans-heading" rel="next"' in first
+    assert '<span class="disabled">← Earlier steps</span>' in first
+    assert len(echoed(first)) == 5
+    assert 'Tool calls <span class="muted">12, 1\u20135 shown</span>' in first
+    assert 'href="?tool_calls_after=5#tool-calls-heading" rel="next"' in first
+
+    second = next_page(client, run, first, "Step pages")
+    third = next_page(client, run, second, "Step pages")
+    assert step_rows(second) == [6, 7, 8, 9, 10]
+    assert step_rows(third) == [11, 12]
+    assert "steps 11\u201312 of 12" in third
+    assert 'href="?steps_after=5#plans-heading" rel="prev"' in third
+    assert next_page(client, run, third, "Step pages") is None
+
+    calls_second = next_page(client, run, first, "Tool call pages")
+    calls_third = next_page(client, run, calls_second, "Tool call pages")
+    assert len(echoed(calls_second)) == 5 and len(echoed(calls_third)) == 2
+    assert "12, 11\u201312 shown" in calls_third
+    assert next_page(client, run, calls_third, "Tool call pages") is None
+    shown = echoed(first) + echoed(calls_second) + echoed(calls_third)
+    assert sorted(shown) == sorted(f"row {i}" for i in range(1, 13))
+
+
+def test_a_short_plan_shows_every_step_and_tool_call_without_pages(client, author):
+    run = finished_run(author)
+    client.force_login(author)
+
+    page = audit_page(client, run)
+
+    assert step_rows(page) == [1, 2, 3]
+    assert section(page, "tool-calls-heading").count("<tr>") == 1 + 3
+    assert 'aria-label="Step pages"' not in page and 'aria-label="Tool call pages"' not in page
+    assert "steps 1\u2013" not in page and "shown</span>" not in section(page, "tool-calls-heading")

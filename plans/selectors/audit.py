@@ -28,6 +28,8 @@ class PlanVersion:
     steps: list[Step]
     # Set by run_audit_get for a replan: how this version differs from the one it replaced.
     diff: PlanDiff | None = None
+    # Set by run_audit_get: the page of the steps its table shows (all of them elsewhere).
+    shown_steps: list[Step] = field(default_factory=list)
 
 
 @dataclass
@@ -44,6 +46,9 @@ class RunRecords:
 
 # Events the audit page shows at a time: a 500-step run has thousands.
 AUDIT_EVENTS_PAGE = 200
+# Steps of each plan version, and tool calls, the audit page shows at a time: rendering
+# 500 of each with their arguments and results took most of a 500-step run's page.
+AUDIT_ROWS_PAGE = 50
 
 
 @dataclass
@@ -55,14 +60,42 @@ class RunAudit(RunRecords):
     events_after: int = 0
     events_next_after: int | None = None
     events_previous_after: int | None = None
+    # Likewise each version's steps shown, those after its first steps_after, and tool calls.
+    steps_after: int = 0
+    steps_next_after: int | None = None
+    steps_previous_after: int | None = None
+    tool_calls_total: int = 0
+    tool_calls_after: int = 0
+    tool_calls_next_after: int | None = None
+    tool_calls_previous_after: int | None = None
+
+
+def neighbour_pages(
+    *, after: int, shown: int, total: int, size: int
+) -> tuple[int | None, int | None]:
+    """Where the next and the previous page of a list start, when a page shows `shown` rows
+    after its first `after` of `total` (None where there is none)."""
+    following = after + shown
+    return (
+        following if following < total else None,
+        max(0, after - size) if after else None,
+    )
 
 
 def run_records_get(
-    *, run: Run, events_after: int = 0, events_limit: int | None = None
+    *,
+    run: Run,
+    events_after: int = 0,
+    events_limit: int | None = None,
+    tool_calls_after: int = 0,
+    tool_calls_limit: int | None = None,
 ) -> RunRecords:
     """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries):
-    every event, or `events_limit` of them after seq `events_after`."""
+    every event and tool call, or `..._limit` of them after the first `..._after`."""
     events = run.events.filter(seq__gt=events_after).order_by("seq")
+    tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    if tool_calls_limit is not None:
+        tool_calls = tool_calls[tool_calls_after : tool_calls_after + tool_calls_limit]
     plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
     return RunRecords(
         run=run,
@@ -71,7 +104,7 @@ def run_records_get(
             run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
         ),
         model_calls=list(run.model_calls.order_by("created_at", "pk")),
-        tool_calls=list(run.tool_calls.select_related("step__plan").order_by("started_at", "pk")),
+        tool_calls=list(tool_calls),
         events=list(events if events_limit is None else events[:events_limit]),
     )
 
@@ -82,20 +115,56 @@ def run_audit_get(
     now: datetime | None = None,
     events_after: int = 0,
     events_page: int | None = None,
+    steps_after: int = 0,
+    tool_calls_after: int = 0,
 ) -> RunAudit:
-    """The run's records with a page of its event log, its step timeline drawn as SVG, and a
-    check of its whole event hash chain."""
+    """The run's records with a page of its event log, of each version's steps and of its tool
+    calls, its step timeline drawn as SVG, and a check of its whole event hash chain."""
     events_page = events_page or AUDIT_EVENTS_PAGE
-    records = run_records_get(run=run, events_after=events_after, events_limit=events_page)
+    rows_page = AUDIT_ROWS_PAGE
+    records = run_records_get(
+        run=run,
+        events_after=events_after,
+        events_limit=events_page,
+        tool_calls_after=tool_calls_after,
+        tool_calls_limit=rows_page,
+    )
     spans = run_timeline(records, now=now or timezone.now())
+    # The event log is read after a seq; seqs run from 1 without gaps, so seq is a position.
     last_shown = records.events[-1].seq if records.events else events_after
+    events_next_after, events_previous_after = neighbour_pages(
+        after=events_after, shown=last_shown - events_after, total=run.last_seq, size=events_page
+    )
+    for version in records.versions:
+        version.shown_steps = version.steps[steps_after : steps_after + rows_page]
+    most_steps = max((len(version.steps) for version in records.versions), default=0)
+    steps_next_after, steps_previous_after = neighbour_pages(
+        after=steps_after,
+        shown=max((len(version.shown_steps) for version in records.versions), default=0),
+        total=most_steps,
+        size=rows_page,
+    )
+    tool_calls_total = run.tool_calls.count()
+    tool_calls_next_after, tool_calls_previous_after = neighbour_pages(
+        after=tool_calls_after,
+        shown=len(records.tool_calls),
+        total=tool_calls_total,
+        size=rows_page,
+    )
     audit = RunAudit(
         **vars(records),
         chain_problems=chain_problems(run),
         events_total=run.last_seq,
         events_after=events_after,
-        events_next_after=last_shown if last_shown < run.last_seq else None,
-        events_previous_after=max(0, events_after - events_page) if events_after else None,
+        events_next_after=events_next_after,
+        events_previous_after=events_previous_after,
+        steps_after=steps_after,
+        steps_next_after=steps_next_after,
+        steps_previous_after=steps_previous_after,
+        tool_calls_total=tool_calls_total,
+        tool_calls_after=tool_calls_after,
+        tool_calls_next_after=tool_calls_next_after,
+        tool_calls_previous_after=tool_calls_previous_after,
     )
     _compare_versions(records)
     if spans:

@@ -140,9 +140,13 @@ def _sort_columns(current: str) -> dict[str, dict[str, str]]:
 @require_GET
 def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
-    # The event log a page at a time (?events_after=seq): a 500-step run has thousands.
+    # The event log, each version's steps and the tool calls a page at a time (?events_after=
+    # seq, ?steps_after=n, ?tool_calls_after=n): a 500-step run has thousands of events.
     audit = run_audit_get(
-        run=run, events_after=whole_number(request.GET.get("events_after", "")) or 0
+        run=run,
+        events_after=whole_number(request.GET.get("events_after", "")) or 0,
+        steps_after=whole_number(request.GET.get("steps_after", "")) or 0,
+        tool_calls_after=whole_number(request.GET.get("tool_calls_after", "")) or 0,
     )
     return render(
         request,
