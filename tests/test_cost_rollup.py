@@ -215,3 +215,32 @@ def test_the_rebuild_sums_rows_loaded_without_the_services(zone, author, setting
 )
 def test_token_buckets_round_down_to_two_significant_figures(tokens, bucket):
     assert token_bucket(tokens) == bucket
+
+
+def test_tools_that_hang_time_out_fail_and_answer_late_are_summed_as_the_rows_say(author, settings):
+    """Tools we did not write: one hangs past its limit and answers late, one fails for good,
+    one succeeds; the rollup counts every call and error the rows hold, late answers included."""
+    from tests import support_tools
+
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    support_tools.hang_release.clear()
+    steps = [
+        {"id": 1, "tool": "hang", "args": {"label": "slow"}, "depends_on": []},
+        {"id": 2, "tool": "bad_input", "args": {"text": "x"}, "depends_on": []},
+        {"id": 3, "tool": "echo", "args": {"text": "fine"}, "depends_on": []},
+    ]
+    run = run_create(author=author, goal_text="tools misbehave", plan_data={"steps": steps})
+    try:
+        advance_run(run.pk)
+    finally:
+        support_tools.hang_release.set()
+
+    calls = ToolCall.objects.filter(step__plan__run=run)
+    assert calls.filter(error__contains="timed out").exists()
+    assert rollup_drift() == []
+    rolled = {row.tool: (row.calls, row.errors) for row in ToolRollup.objects.all()}
+    assert rolled == {
+        tool: (calls.filter(tool=tool).count(), calls.filter(tool=tool).exclude(error="").count())
+        for tool in ("hang", "bad_input", "echo")
+    }
+    assert rolled["hang"][1] >= 1 and rolled["bad_input"][1] >= 1 and rolled["echo"][1] == 0
