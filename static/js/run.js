@@ -201,15 +201,31 @@
       });
   }
 
+  // How many pending cards a list came with, so decisions made on it can be told apart.
+  function noteShown(list) {
+    if (list && !list.hasAttribute("data-shown")) {
+      list.setAttribute("data-shown", String(list.querySelectorAll(".approval-card.is-pending").length));
+    }
+  }
+  document.addEventListener("htmx:load", function () {
+    noteShown(document.getElementById("inbox-list"));
+  });
+
   function inboxChanged() {
     var list = document.getElementById("inbox-list");
     var badge = document.getElementById("pending-count");
     if (!list || !badge) return;
     var count = parseInt(badge.getAttribute("data-count"), 10) || 0;
     var shown = list.querySelectorAll(".approval-card.is-pending").length;
+    // The list shows a page of what waits: compare the badge with the count it was rendered
+    // against (less what was decided on it since), not with the cards on the page.
+    noteShown(list);
+    var decidedHere = (parseInt(list.getAttribute("data-shown"), 10) || 0) - shown;
+    var rendered = parseInt(list.getAttribute("data-waiting"), 10);
+    var expected = isNaN(rendered) ? shown : rendered - decidedHere;
     var stale = document.getElementById("inbox-stale");
-    // Fewer waiting than shown is usually our own decision, its answer still on the way.
-    if (count <= shown) {
+    // Fewer waiting than expected is usually our own decision, its answer still on the way.
+    if (count <= expected) {
       if (stale) stale.hidden = true;
     } else if (shown === 0) {
       // Nothing on the page can be lost: show the new requests.
