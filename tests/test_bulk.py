@@ -7,8 +7,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from plans.models import ModelCall, Run, Step, ToolCall
-from plans.runtime.bulk import (
+from plans.bulk import (
     JSONText,
     field_value,
     insert_rows,
@@ -16,6 +15,7 @@ from plans.runtime.bulk import (
     update_one_returning,
     update_rows,
 )
+from plans.models import ModelCall, Run, Step, ToolCall
 from plans.services.plans import plan_current
 from plans.services.runs import run_create
 

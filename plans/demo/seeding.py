@@ -29,13 +29,13 @@ from django.db.models import DateTimeField, JSONField, Max, Model
 from django.utils import timezone
 
 from plans import engine
+from plans.bulk import JSONText, load_rows
 from plans.engine import args_sha256, depths, idempotency_key, resolve
 from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.runtime.bulk import JSONText, load_rows
 from plans.services.costs import rollup_rebuild
 from plans.services.plans import plan_check
 from plans.tools import get_registry

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from plans.bulk import rows_where
 from plans.models import Goal, Run
 from plans.notifications import emails
 from plans.notifications.catalog import FINISHED_EMAIL_STATUSES, KIND_TO_TYPE
@@ -29,7 +30,6 @@ from plans.notifications.signing import (
     TIMESTAMP_HEADER,
     signature,
 )
-from plans.runtime.bulk import rows_where
 
 Status = Delivery.Status
 

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
+from plans.bulk import field_value, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
@@ -31,7 +32,6 @@ from plans.llm.prompts import answer_request
 from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
-from plans.runtime.bulk import field_value, rows_where
 from plans.runtime.events import LeaseLost, append_events, publish_text
 from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.runtime.recorder import RunRecorder

@@ -12,10 +12,10 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
+from plans.bulk import JSONText, insert_rows, update_one_returning, update_rows
 from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
 from plans.models import Run, RunEvent
-from plans.runtime.bulk import JSONText, insert_rows, update_one_returning, update_rows
 from plans.services.costs import RUN_ROLLUP_FIELDS, RunShare, run_share_moved
 
 logger = logging.getLogger(__name__)

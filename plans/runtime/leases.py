@@ -22,8 +22,8 @@ from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 
+from plans.bulk import column_sql
 from plans.models import Run
-from plans.runtime.bulk import column_sql
 
 logger = logging.getLogger(__name__)
 

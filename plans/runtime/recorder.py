@@ -19,9 +19,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
+from plans.bulk import JSONText, insert_rows, update_rows
 from plans.guards.redaction import redact, redacted_json
 from plans.models import Approval, HumanQuestion, ModelCall, Step, ToolCall
-from plans.runtime.bulk import JSONText, insert_rows, update_rows
 from plans.runtime.events import append_events
 from plans.runtime.leases import Lease
 from plans.services.costs import model_calls_recorded, tool_calls_recorded

@@ -35,7 +35,7 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import is_locked_database_exception
 
-from plans.runtime.bulk import column_sql, rows_where
+from plans.bulk import column_sql, rows_where
 from plans.runtime.wakeups import wakeups_listen
 
 logger = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from django.db.models import Case, Count, DateField, F, Func, Model, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
+from plans.bulk import column_sql
 from plans.models import (
     Approval,
     ApprovalRollup,
@@ -36,7 +37,6 @@ from plans.models import (
     ToolCall,
     ToolRollup,
 )
-from plans.runtime.bulk import column_sql
 
 # In the order a transaction adds to them: the run's share (under the run row's lock, taken
 # first by every writer of a run), then its tool calls, then its model calls.

@@ -1,4 +1,5 @@
-"""Hot-path SQL for the executor: many-row inserts and updates, fenced updates, simple loads.
+"""Prepared SQL for hot paths (the executor, the notifier, the costs rollup, bulk loads):
+many-row inserts and updates, fenced updates, simple loads.
 
 The ORM builds and compiles a query (or a model instance per row) on every call; on the
 executor's path that costs far more than the database does (~400 us against ~20 us here).
