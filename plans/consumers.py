@@ -21,8 +21,8 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
 
+from plans.journal.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.models import RunEvent
-from plans.runtime.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
 from plans.selectors.approvals import pending_approvals_count
 from plans.selectors.runs import run_visible_get
 from plans.views.goals import (

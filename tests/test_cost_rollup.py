@@ -14,13 +14,13 @@ from django.db.models import Avg, Count, F, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from plans.journal.rollup import rollup_drift, rollup_rebuild, token_bucket
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL
 from plans.models import Approval, ModelCall, Run, ToolCall, ToolRollup
 from plans.runtime.advance import advance_run
 from plans.selectors.costs import cost_report
 from plans.selectors.runs import start_of_day, uses_tool
 from plans.services.approvals import approval_decide
-from plans.services.costs import rollup_drift, rollup_rebuild, token_bucket
 from plans.services.runs import run_cancel, run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

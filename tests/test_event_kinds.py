@@ -6,8 +6,8 @@ import pytest
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from plans.journal.events import append_events
 from plans.models import RunEvent
-from plans.runtime.events import append_events
 from plans.services.runs import run_create
 from plans.templatetags.agentsite import event_template
 

@@ -9,16 +9,16 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from plans.models import Run, RunEvent, Step
-from plans.runtime import leases
-from plans.runtime.events import LeaseLost, append_events
-from plans.runtime.leases import (
+from plans.journal import leases
+from plans.journal.events import LeaseLost, append_events
+from plans.journal.leases import (
     Heartbeat,
     lease_acquire,
     lease_release,
     lease_renew,
     leases_hand_over,
 )
+from plans.models import Run, RunEvent, Step
 from plans.runtime.recorder import RunRecorder
 from plans.services.runs import run_create
 from tests.integration.support import wait_until
@@ -152,7 +152,7 @@ def test_events_carry_the_lease_they_were_written_under(run):
 
 
 def test_taking_a_lease_names_its_holder_in_the_log(run, caplog):
-    with caplog.at_level(logging.DEBUG, logger="plans.runtime.leases"):
+    with caplog.at_level(logging.DEBUG, logger="plans.journal.leases"):
         lease = lease_acquire(run.pk)
 
     assert f"run {run.pk}: lease {lease.token} taken by " in caplog.text
@@ -220,7 +220,7 @@ def test_a_renewal_that_finds_the_lease_let_go_by_its_own_run_says_nothing(run, 
     # The run's final commit cleared the lease; its advancer has not marked it released yet.
     Run.objects.filter(pk=run.pk).update(lease_token=None, lease_expires_at=None)
 
-    with caplog.at_level(logging.WARNING, logger="plans.runtime.leases"):
+    with caplog.at_level(logging.WARNING, logger="plans.journal.leases"):
         assert lease_renew(lease) is False
 
     assert lease.lost.is_set()
@@ -232,7 +232,7 @@ def test_a_renewal_that_finds_the_lease_taken_over_warns(run, caplog):
     expire(run)
     lease_acquire(run.pk)
 
-    with caplog.at_level(logging.WARNING, logger="plans.runtime.leases"):
+    with caplog.at_level(logging.WARNING, logger="plans.journal.leases"):
         assert lease_renew(lease) is False
 
     assert f"run {run.pk}: lease {lease.token} expired or was taken over" in caplog.text
@@ -252,7 +252,7 @@ def test_the_keeper_survives_a_renewal_that_fails_and_renews_at_the_next_turn(
         return lease_renew(lease)
 
     monkeypatch.setattr(leases, "lease_renew", locked_once)
-    with caplog.at_level(logging.WARNING, logger="plans.runtime.leases"), Heartbeat(lease):
+    with caplog.at_level(logging.WARNING, logger="plans.journal.leases"), Heartbeat(lease):
         wait_until(lambda: failed and renewed_past(run, first_expiry), timeout=30, what="a renewal")
         taken_by_another = lease_acquire(run.pk)
 

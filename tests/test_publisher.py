@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from plans.runtime import events
-from plans.runtime.events import Publisher
+from plans.journal import events
+from plans.journal.events import Publisher
 
 
 class RecordingLayer:

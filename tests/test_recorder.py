@@ -6,11 +6,11 @@ import time
 import pytest
 from django.utils import timezone
 
+from plans.journal.events import LeaseLost
+from plans.journal.leases import lease_acquire, lease_release
 from plans.models import Run, RunEvent, Step, ToolCall
 from plans.runtime import recorder as recorder_module
 from plans.runtime.advance import advance_run
-from plans.runtime.events import LeaseLost
-from plans.runtime.leases import lease_acquire, lease_release
 from plans.runtime.recorder import Batch, RunRecorder, _merged
 from plans.services.runs import run_create
 from tests.integration.support import wait_until

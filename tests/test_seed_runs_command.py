@@ -165,8 +165,8 @@ def test_the_same_seed_gives_the_same_copies():
 
 def test_seeded_spend_is_on_the_costs_page_at_once():
     """Seeding writes around the services: it sums the costs rollup afresh at its end."""
+    from plans.journal.rollup import rollup_drift
     from plans.selectors.costs import cost_report
-    from plans.services.costs import rollup_drift
 
     call_command("seed_runs", "40", "--days", "5", stdout=StringIO())
 

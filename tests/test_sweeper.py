@@ -11,10 +11,10 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+from plans.journal.tasks import advance_run_task
 from plans.models import Approval, Run
 from plans.runtime.advance import advance_run
 from plans.runtime.sweeper import sweep_delay, sweep_interval, sweep_once
-from plans.runtime.tasks import advance_run_task
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_cancel, run_create
 

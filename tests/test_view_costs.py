@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from plans.journal.rollup import rollup_rebuild
 from plans.models import Approval, Goal, ModelCall, Plan, Run, Step, ToolCall
-from plans.services.costs import rollup_rebuild
 from tests.html_safety import executable_markup
 from tests.pages import section
 

@@ -11,10 +11,10 @@ from django.urls import reverse
 from django.utils.timezone import now
 
 from plans.engine import args_sha256
+from plans.journal.events import append_events
 from plans.llm.offline import PRICE_GOAL
 from plans.models import Approval, Plan, Run, Step
 from plans.runtime.advance import advance_run
-from plans.runtime.events import append_events
 from plans.services.approvals import approval_decide
 from plans.services.plans import plan_check, plan_store
 from plans.services.runs import run_create

@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
+from plans.journal.events import append_events
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL
 from plans.models import Run, RunEvent
 from plans.runtime.advance import advance_run
-from plans.runtime.events import append_events
 from plans.services.runs import run_create
 from plans.views.goals import run_page_context
 

@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import connection
 
-from plans.runtime.wakeups import SUFFIX, WakeupListener, wakeups_dir, wakeups_send
+from plans.journal.wakeups import SUFFIX, WakeupListener, wakeups_dir, wakeups_send
 
 pytestmark = pytest.mark.django_db
 

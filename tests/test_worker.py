@@ -11,12 +11,13 @@ from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from plans.engine import idempotency_key
+from plans.journal.leases import leases_held
+from plans.journal.wakeups import Waker
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.runtime import worker as worker_module
 from plans.runtime.advance import advance_run
-from plans.runtime.leases import leases_held
 from plans.runtime.sweeper import sweep_once
-from plans.runtime.worker import RunWorker, Waker, start_worker_threads
+from plans.runtime.worker import RunWorker, start_worker_threads
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
 from tests.integration.it_tools import gate_open

@@ -30,8 +30,8 @@ from plans.api.schemas import (
 from plans.api.tokens import may_create_runs
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
+from plans.journal.events import event_message
 from plans.models import Run, RunEvent
-from plans.runtime.events import event_message
 from plans.selectors.audit import run_export_json
 from plans.selectors.runs import RunFilters, run_visible_get, runs_matching
 from plans.services.plans import plan_check

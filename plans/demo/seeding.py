@@ -33,10 +33,10 @@ from plans.bulk import JSONText, load_rows
 from plans.engine import args_sha256, depths, idempotency_key, resolve
 from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
+from plans.journal.rollup import rollup_rebuild
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.services.costs import rollup_rebuild
 from plans.services.plans import plan_check
 from plans.tools import get_registry
 
@@ -481,7 +481,7 @@ def _one_run(
             finished_at = clock + timedelta(milliseconds=rng.randint(5, 80))
     if finished_at:
         events.append(("run_finished", {"status": status}, finished_at))
-    # Stored as plans.runtime.events stores them, so verify_audit accepts seeded runs.
+    # Stored as plans.journal.events stores them, so verify_audit accepts seeded runs.
     stored = [(kind, *redacted_json(payload), at) for kind, payload, at in events]
     chain = event_chain(
         run_id=run_id,

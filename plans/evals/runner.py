@@ -1,7 +1,7 @@
 """Running a suite: every case becomes a real run, driven to its end with the case's decisions.
 
 Runs are created through plans.services.runs (tagged with the experiment, so the runs list
-hides them), advanced in this process through the public hook in plans.runtime.tasks, and
+hides them), advanced in this process through the public hook in plans.journal.tasks, and
 their destructive steps approved or rejected through plans.services.approvals.
 """
 

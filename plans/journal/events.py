@@ -15,8 +15,8 @@ from django.utils import timezone
 from plans.bulk import JSONText, insert_rows, update_one_returning, update_rows
 from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
+from plans.journal.rollup import RUN_ROLLUP_FIELDS, RunShare, run_share_moved
 from plans.models import Run, RunEvent
-from plans.services.costs import RUN_ROLLUP_FIELDS, RunShare, run_share_moved
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def append_events(
     if unknown:
         # Before anything is written: the pages and the audit know these kinds only.
         raise ValueError(f"unknown event kind(s) {unknown}: add them to RunEvent.Kind")
-    # The costs rollup follows the run's status, tokens, cost and tools (plans.services.costs).
+    # The costs rollup follows the run's status, tokens, cost and tools (plans.journal.rollup).
     moves_share = bool(run_fields) and not RUN_ROLLUP_FIELDS.isdisjoint(run_fields or {})
     share_before = RunShare.locked(run_id) if moves_share else None
     fence: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
 A lease is valid until its expiry. The holder extends it by heartbeat (every third of the lease)
 and with every batch it commits; every write is fenced on the token and the expiry (see
-plans.runtime.events.append_events), so a worker paused past its lease writes nothing more, even
+plans.journal.events.append_events), so a worker paused past its lease writes nothing more, even
 if no other worker has taken the run yet.
 """
 

@@ -1,5 +1,10 @@
-"""Django Tasks entry points: a run is advanced by a task, never inside a request."""
+"""Django Tasks entry points: a run is advanced by a task, never inside a request.
 
+The task runs the executor the app binds at start-up (executor_bind, from PlansConfig.ready),
+so that this floor, which the services queue runs through, does not import the worker side.
+"""
+
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connections, router, transaction
@@ -9,17 +14,23 @@ from django.tasks.signals import task_enqueued
 from django_tasks_db.backend import DatabaseBackend
 from django_tasks_db.models import DBTaskResult
 
-from plans.runtime.wakeups import wakeups_send
-from plans.runtime.worker import TASKS_CHANNEL, waker
+from plans.journal.wakeups import TASKS_CHANNEL, waker, wakeups_send
+
+Executor = Callable[[int], str]
+_executor: Executor | None = None
+
+
+def executor_bind(executor: Executor) -> None:
+    """Name the function that advances a run (plans.runtime.advance.advance_run)."""
+    global _executor
+    _executor = executor
 
 
 @task
 def advance_run_task(run_id: int) -> str:
-    # Imported here so that services, which queue runs, do not import the executor, which
-    # calls services: the executor loads when a worker first runs a task.
-    from plans.runtime.advance import advance_run
-
-    return advance_run(run_id)
+    if _executor is None:
+        raise RuntimeError("no executor bound: plans.apps.PlansConfig.ready() has not run")
+    return _executor(run_id)
 
 
 def run_enqueue(run_id: int) -> None:
@@ -27,7 +38,7 @@ def run_enqueue(run_id: int) -> None:
     transaction.on_commit(lambda: advance_run_task.enqueue(run_id))
 
 
-@receiver(task_enqueued, dispatch_uid="plans.runtime.tasks.announce_enqueued")
+@receiver(task_enqueued, dispatch_uid="plans.journal.tasks.announce_enqueued")
 def announce_enqueued(sender: type, task_result: Any, **_: Any) -> None:
     """Wake workers when the enqueue commits: this process's directly, others' by NOTIFY
     (PostgreSQL) or through their wake-up sockets (SQLite, one host)."""

@@ -1,10 +1,11 @@
-"""Wake other processes' workers on this host when a task is enqueued on SQLite.
+"""Waking workers when a task is enqueued: this process's (Waker), and other processes'.
 
-PostgreSQL wakes them with NOTIFY; SQLite has nothing of the kind, but every process that
-shares a SQLite file runs on one host. So each worker process binds a Unix datagram socket in
-a directory that belongs to the database file, and an enqueue's commit sends a byte to every
-socket there: no daemon, nothing to configure, and a process that died leaves a socket file
-that the next sender removes (a datagram to it is refused).
+PostgreSQL wakes them with NOTIFY on TASKS_CHANNEL (the worker listens: plans.runtime.worker).
+SQLite has nothing of the kind, but every process that shares a SQLite file runs on one host.
+So each worker process binds a Unix datagram socket in a directory that belongs to the database
+file, and an enqueue's commit sends a byte to every socket there: no daemon, nothing to
+configure, and a process that died leaves a socket file that the next sender removes (a
+datagram to it is refused).
 """
 
 from __future__ import annotations
@@ -27,6 +28,35 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".wake"
+
+# The PostgreSQL channel an enqueue notifies (see plans.journal.tasks.announce_enqueued).
+TASKS_CHANNEL = "agentsite_tasks"
+
+
+class Waker:
+    """Wakes idle workers; a wake-up that arrives while a worker is busy is not lost."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self.generation = 0
+
+    def wake(self, count: int = 1) -> None:
+        with self._condition:
+            self.generation += 1
+            self._condition.notify(count)
+
+    def wake_all(self) -> None:
+        with self._condition:
+            self.generation += 1
+            self._condition.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Sleep until a wake-up after generation `seen`, or the timeout."""
+        with self._condition:
+            self._condition.wait_for(lambda: self.generation != seen, timeout)
+
+
+waker = Waker()
 
 
 def wakeups_dir(alias: str = "default") -> Path | None:

@@ -26,14 +26,14 @@ from plans.engine import (
 from plans.engine.citations import answer_check
 from plans.guards.budgets import author_daily_problem, rate_limit_wait
 from plans.guards.redaction import redact
+from plans.journal.events import LeaseLost, append_events, publish_text
+from plans.journal.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
-from plans.runtime.events import LeaseLost, append_events, publish_text
-from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_release
 from plans.runtime.recorder import RunRecorder
 from plans.runtime.steps import StepsExecution, error_text
 from plans.runtime.worker import waiting

@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from plans.bulk import JSONText, insert_rows, update_rows
 from plans.guards.redaction import redact, redacted_json
+from plans.journal.events import append_events
+from plans.journal.leases import Lease
+from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
 from plans.models import Approval, HumanQuestion, ModelCall, Step, ToolCall
-from plans.runtime.events import append_events
-from plans.runtime.leases import Lease
-from plans.services.costs import model_calls_recorded, tool_calls_recorded
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005

@@ -36,10 +36,10 @@ from plans.engine import (
     unstorable_in,
 )
 from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
+from plans.journal.events import LeaseLost
 from plans.models import Approval, HumanQuestion, Run, Step, ToolCall
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
-from plans.runtime.events import LeaseLost
 from plans.runtime.gate import (
     Verdict,
     approval_gate,

@@ -71,7 +71,7 @@ class CostReport:
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
     """Spend and health over the last `days` days (today included), read from the rollup
-    (plans.services.costs): nine queries over a few rows per day, whatever the run count."""
+    (plans.journal.rollup): nine queries over a few rows per day, whatever the run count."""
     now = now or timezone.now()
     today = timezone.localdate(now)
     first_day = today - timedelta(days=days - 1)

@@ -16,11 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
+from plans.journal.events import INBOX_GROUP, append_events, group_send
+from plans.journal.rollup import approval_decided
+from plans.journal.tasks import run_enqueue
 from plans.models import Approval, Run
 from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
-from plans.runtime.events import INBOX_GROUP, append_events, group_send
-from plans.runtime.tasks import run_enqueue
-from plans.services.costs import approval_decided
 from plans.tools import get_registry
 
 

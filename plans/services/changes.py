@@ -12,10 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import unstorable_in
+from plans.journal.events import append_events
+from plans.journal.tasks import run_enqueue
 from plans.models import Approval, Plan, Run
 from plans.roles import four_eyes_forbids
-from plans.runtime.events import append_events
-from plans.runtime.tasks import run_enqueue
 from plans.selectors.approvals import changes_refusal
 from plans.services.approvals import ApprovalRefused, approvals_decide, reviewer_check
 

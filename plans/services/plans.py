@@ -13,13 +13,13 @@ from django.utils import timezone
 
 from plans import engine
 from plans.bulk import rows_where
+from plans.journal.events import append_events
+from plans.journal.leases import Lease
+from plans.journal.tasks import run_enqueue
 from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
 from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
-from plans.runtime.events import append_events
-from plans.runtime.leases import Lease
-from plans.runtime.tasks import run_enqueue
 from plans.services.approvals import ApprovalRefused, reason_clean, reviewer_check
 from plans.tools import get_registry, tool_catalog_for_prompt
 

@@ -15,9 +15,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans.engine import unstorable_in
+from plans.journal.events import INBOX_GROUP, append_events, group_send
+from plans.journal.tasks import run_enqueue
 from plans.models import HumanQuestion, Run
-from plans.runtime.events import INBOX_GROUP, append_events, group_send
-from plans.runtime.tasks import run_enqueue
 
 ANSWER_MAX_CHARS = 10_000
 

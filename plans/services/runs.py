@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from plans import engine
+from plans.journal.events import append_events
+from plans.journal.tasks import run_enqueue
 from plans.models import Experiment, Goal, Run
-from plans.runtime.events import append_events
-from plans.runtime.tasks import run_enqueue
 from plans.services.plans import plan_check, plan_current, plan_store
 
 GOAL_MAX_CHARS = 2000

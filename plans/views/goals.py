@@ -17,10 +17,10 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from plans.journal.events import event_message
 from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Approval, Goal, Plan, Run, RunEvent, Step
 from plans.roles import may_submit_goals
-from plans.runtime.events import event_message
 from plans.selectors.approvals import step_decisions
 from plans.selectors.audit import plan_diff_from_parent
 from plans.selectors.runs import StepProgress

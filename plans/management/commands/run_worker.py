@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from plans.runtime.leases import leases_hand_over, leases_held
+from plans.journal.leases import leases_hand_over, leases_held
 from plans.runtime.sweeper import start_sweeper_thread, sweep_once, task_abandon
 from plans.runtime.worker import (
     RunWorker,
