@@ -11,7 +11,7 @@ class PlansConfig(AppConfig):
         from django.db import transaction
         from django.db.models.signals import post_save
 
-        # Here, not at the top: an AppConfig module is imported before the models are loaded.
+        # Why here, not at the top: an AppConfig is imported before the models are loaded.
         from plans import checks  # noqa: F401  (registers the system checks)
         from plans.journal.events import group_send, user_group
         from plans.journal.tasks import executor_bind

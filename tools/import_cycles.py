@@ -3,7 +3,9 @@
     .venv/bin/python tools/import_cycles.py            # cycles, then function-local imports
     .venv/bin/python tools/import_cycles.py --local    # also list every function-local import
 
-Exits 1 when a cycle is found that README.md does not list (under "Import cycles kept").
+Exits 1 when a cycle is found that README.md does not list (under "Import cycles kept"), or
+when a function-local import does not say why it is there: a comment with "why" on its line or
+in the comments just above it.
 """
 
 from __future__ import annotations
@@ -64,13 +66,10 @@ def graph() -> tuple[dict[str, set[str]], list[tuple[str, int, str]]]:
         for target, line, inside in _imports(tree, name, path.name == "__init__.py"):
             if target not in known or target == name:
                 continue
-            # `from plans.x import y` names plans.x.y when y is a module, else plans.x.
-            if target != name:
-                edges[name].add(target)
+            edges[name].add(target)
             if inside and (line, target) not in seen_lines:
                 seen_lines.add((line, target))
                 local.append((name, line, target))
-        # `from plans.x import y`: keep plans.x only when y was not itself a module.
     return _prune(edges, known), local
 
 
@@ -88,6 +87,22 @@ def _prune(edges: dict[str, set[str]], known: dict[str, Path]) -> dict[str, set[
             keep.add(target)
         pruned[name] = keep
     return pruned
+
+
+def says_why(path: Path, line: int) -> bool:
+    """The import on `line` (or the run of imports and comments just above it) says why."""
+    lines = path.read_text().splitlines()
+    index = line - 1
+    if "why" in lines[index].lower():
+        return True
+    while index > 0:
+        index -= 1
+        text = lines[index].strip()
+        if not text.startswith(("#", "from ", "import ")):
+            return False
+        if "why" in text.lower():
+            return True
+    return False
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -157,14 +172,21 @@ def main() -> int:
     found = cycles(edges)
     listed = allowed()
     unlisted = [c for c in found if set(c) not in listed]
+    known = modules()
+    unexplained = [(n, line, t) for n, line, t in local if not says_why(known[n], line)]
     for component in found:
         mark = "listed in README" if set(component) in listed else "NOT LISTED"
         print(f"cycle ({len(component)} modules, {mark}): {' <-> '.join(component)}")
-    print(f"{len(found)} cycle(s), {len(unlisted)} not listed; {len(local)} function-local imports")
+    for name, line, target in unexplained:
+        print(f"function-local import without a why: {name}:{line} -> {target}")
+    print(
+        f"{len(found)} cycle(s), {len(unlisted)} not listed; {len(local)} function-local "
+        f"imports, {len(unexplained)} without a why"
+    )
     if options.local:
         for name, line, target in local:
             print(f"  {name}:{line} -> {target}")
-    return 1 if unlisted else 0
+    return 1 if unlisted or unexplained else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from plans.journal.events import on_events_committed
 from plans.notifications.catalog import NOTIFYING_KINDS
 from plans.notifications.deliveries import (
     deliveries_due,
@@ -193,8 +194,6 @@ notifier = Notifier()
 
 def install() -> None:
     """Register the notifier on the run event log's after-commit hook (from AppConfig.ready)."""
-    from plans.journal.events import on_events_committed
-
     on_events_committed(notifier.events_committed)
 
 

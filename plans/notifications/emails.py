@@ -17,6 +17,7 @@ from plans.guards.redaction import redact
 from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
 from plans.roles import four_eyes_forbids
+from plans.selectors.approvals import approvals_waiting
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -117,8 +118,6 @@ def run_finished_email(run_id: int) -> Email | None:
 
 def digest_email(user: User) -> Email | None:
     """The daily digest: every approval waiting that this reviewer may decide."""
-    from plans.selectors.approvals import approvals_waiting
-
     waiting = [
         a
         for a in approvals_waiting(user)

@@ -117,7 +117,7 @@ class RunAdvancer:
     def advance(self) -> str:
         self._count_interrupted_model_calls()
         if self.run.goal.agent == Goal.Agent.REACT:
-            from plans.runtime.react import ReactLoop  # it builds on this module
+            from plans.runtime.react import ReactLoop  # why here: it builds on this module
 
             return ReactLoop(self).advance()
         run = self.run
