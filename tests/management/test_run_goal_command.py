@@ -319,7 +319,7 @@ def test_a_usage_error_exits_64_not_the_invalid_plan_code(tmp_path):
     env = {**os.environ, "AGENTSITE_SQLITE_PATH": str(tmp_path / "db.sqlite3")}
     result = subprocess.run(
         [sys.executable, "manage.py", "run_goal", "x", "--approve-all", "--reject-destructive"],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         env=env,
         capture_output=True,
         text=True,

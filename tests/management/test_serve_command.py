@@ -33,7 +33,7 @@ def test_a_port_already_taken_ends_serve_with_an_error_not_a_success(tmp_path):
         serve = ["manage.py", "serve", "--port", str(port), "--workers", "0", "--no-demo-users"]
         result = subprocess.run(  # noqa: S603 - our own command line, with a port we chose
             [sys.executable, *serve],
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
             env=env,
             capture_output=True,
             text=True,

@@ -16,7 +16,7 @@ from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_create
 from plans.tools import get_registry
 from tests import property_tools
-from tests.test_execution_properties import plans
+from tests.runtime.test_execution_properties import plans
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
