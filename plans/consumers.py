@@ -21,17 +21,16 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
 
-from plans.journal.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
-from plans.models import RunEvent
+from plans.engine.text import MAX_ID, whole_number
+from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
 from plans.selectors.approvals import pending_approvals_count
-from plans.selectors.runs import run_visible_get
-from plans.views.goals import (
+from plans.selectors.runs import run_events_after, run_visible_get
+from plans.ui.run_page import (
     answer_delta_fragment,
     graph_fragment,
     live_fragment,
     live_fragment_needs_graph,
 )
-from plans.views.params import MAX_ID, whole_number
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +199,7 @@ class RunConsumer(SessionBound):
             await self._replay_holding_lock(after=after)
 
     async def _replay_holding_lock(self, *, after: int) -> None:
-        events = await database_sync_to_async(_events_after)(self.run_id, after)
+        events = await database_sync_to_async(run_events_after)(self.run_id, after)
         if events:
             await self._send_events(events)
         else:
@@ -307,10 +306,6 @@ def session_signs_in(session_key: str | None, user: Any) -> bool:
 
 def _may_see_run(user: Any, run_id: int) -> bool:
     return run_visible_get(user=user, run_id=run_id) is not None
-
-
-def _events_after(run_id: int, after: int) -> list[dict[str, Any]]:
-    return [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
 
 
 def _after_from(scope: dict[str, Any]) -> int:

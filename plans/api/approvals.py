@@ -11,12 +11,13 @@ from ninja import Router
 from plans.api.errors import ApiError, ErrorOut
 from plans.api.runs import run_out, run_url, visible_run
 from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
-from plans.models import Approval, Step
+from plans.models import Approval
 from plans.roles import four_eyes_forbids
-from plans.selectors.approvals import approvals_waiting
+from plans.selectors.approvals import approval_inputs, approvals_waiting
+from plans.selectors.plans import plan_current
 from plans.selectors.runs import run_visibility
 from plans.services.approvals import ApprovalRefused, approvals_decide
-from plans.services.plans import plan_current, plan_decide
+from plans.services.plans import plan_decide
 
 router = Router(tags=["approvals"])
 
@@ -38,14 +39,10 @@ UNPROCESSABLE = ("A reason is required", "The edited arguments", "The reason hol
 )
 def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
     waiting = list(approvals_waiting(request.user))
-    plan_ids = {approval.step.plan_id for approval in waiting}
-    steps = {(s.plan_id, s.step_id): s for s in Step.objects.filter(plan_id__in=plan_ids)}
+    inputs_of = approval_inputs(waiting)
     listed = []
     for approval in waiting:
         step = approval.step
-        inputs = [
-            steps[(step.plan_id, dep)] for dep in step.depends_on if (step.plan_id, dep) in steps
-        ]
         listed.append(
             {
                 "id": approval.pk,
@@ -67,7 +64,7 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                         "result": upstream.result,
                         "error": upstream.error,
                     }
-                    for upstream in inputs
+                    for upstream in inputs_of[approval.pk]
                 ],
             }
         )

@@ -30,10 +30,9 @@ from plans.api.schemas import (
 from plans.api.tokens import may_create_runs
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
-from plans.journal.events import event_message
-from plans.models import Run, RunEvent
+from plans.models import Run
 from plans.selectors.audit import run_export_json
-from plans.selectors.runs import RunFilters, run_visible_get, runs_matching
+from plans.selectors.runs import RunFilters, run_events_after, run_visible_get, runs_matching
 from plans.services.plans import plan_check
 from plans.services.runs import GoalRejected, run_cancel, run_create, run_start, run_summary
 
@@ -313,7 +312,7 @@ def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    events = [event_message(event) for event in RunEvent.objects.filter(run=run, seq__gt=after)]
+    events = run_events_after(run, after)
     return {
         "events": events,
         "last_seq": run.last_seq,
@@ -323,7 +322,7 @@ def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
 
 def _events_after(run_id: int, after: int) -> tuple[list[dict[str, Any]], bool]:
     run = Run.objects.only("status", "last_seq").get(pk=run_id)
-    events = [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
+    events = run_events_after(run_id, after)
     seen = events[-1]["seq"] if events else after
     return events, run.is_terminal and seen >= run.last_seq
 

@@ -27,8 +27,9 @@ from plans.evals.trajectory import run_trajectory
 from plans.llm import ModelError, prompts
 from plans.models import Approval, EvalResult, Experiment, ModelCall, Run
 from plans.runtime.advance import advance_run
+from plans.selectors.plans import plan_current
 from plans.services.approvals import approvals_decide
-from plans.services.plans import plan_current, plan_decide
+from plans.services.plans import plan_decide
 from plans.services.runs import run_create
 
 EVAL_USERNAME = "eval"

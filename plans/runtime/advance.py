@@ -37,8 +37,8 @@ from plans.runtime import telemetry
 from plans.runtime.recorder import RunRecorder
 from plans.runtime.steps import StepsExecution, error_text
 from plans.runtime.worker import waiting
+from plans.selectors.plans import plan_current
 from plans.services.plans import (
-    plan_current,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,

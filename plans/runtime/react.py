@@ -21,7 +21,8 @@ from plans.llm.prompts import react_request
 from plans.models import Run, Step
 from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
 from plans.runtime.steps import StepsExecution
-from plans.services.plans import plan_current, plan_step_add, plan_steps, plan_store
+from plans.selectors.plans import plan_current
+from plans.services.plans import plan_step_add, plan_steps, plan_store
 from plans.tools import tool_catalog_for_prompt
 
 REACT_SOURCE = "react"

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
-from plans.models import Approval, HumanQuestion, Plan, Run
+from plans.models import Approval, HumanQuestion, Plan, Run, Step
 from plans.selectors.runs import run_visibility
 
 
@@ -22,6 +22,42 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
         .order_by("-requested_at", "-pk")
     )
     return waiting.none() if rule is None else waiting.filter(rule)
+
+
+def approval_inputs(approvals: list[Approval]) -> dict[int, list[Step]]:
+    """By approval, the steps whose results fed its arguments (its step's dependencies)."""
+    plan_ids = {approval.step.plan_id for approval in approvals}
+    steps = {(s.plan_id, s.step_id): s for s in Step.objects.filter(plan_id__in=plan_ids)}
+    return {
+        approval.pk: [
+            steps[(approval.step.plan_id, dep)]
+            for dep in approval.step.depends_on
+            if (approval.step.plan_id, dep) in steps
+        ]
+        for approval in approvals
+    }
+
+
+def approvals_of_round(*, run_id: int, round_no: int, ids: list[int]) -> list[Approval]:
+    """Of these approvals, those of the run's round (what one decision form may decide)."""
+    return list(
+        Approval.objects.filter(pk__in=ids, run_id=run_id, step__round=round_no).select_related(
+            "run__goal__author", "step"
+        )
+    )
+
+
+def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> list[Approval]:
+    """The round's approvals just decided, with those of it still waiting."""
+    return list(
+        Approval.objects.filter(run_id=run_id, step__round=round_no)
+        .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
+        .select_related("run__goal__author", "step", "reviewer")
+    )
+
+
+def question_get(question_id: int) -> HumanQuestion | None:
+    return HumanQuestion.objects.filter(pk=question_id).first()
 
 
 # Waiting requests are counted up to here, more shown as "1,000+": at a million runs thousands

@@ -5,19 +5,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
 from plans.guards.audit import chain_problems
 from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.ui.charts import Span, gantt_svg
-from plans.ui.graphs import STATUS_COLOURS
 
 # --- one run's audit -------------------------------------------------------------------------
 
@@ -53,7 +49,6 @@ AUDIT_ROWS_PAGE = 50
 
 @dataclass
 class RunAudit(RunRecords):
-    timeline_svg: SafeString | None = None
     chain_problems: list[str] = field(default_factory=list)
     events_total: int = 0
     # The events shown are those after seq events_after; the neighbouring pages' starts.
@@ -112,14 +107,13 @@ def run_records_get(
 def run_audit_get(
     *,
     run: Run,
-    now: datetime | None = None,
     events_after: int = 0,
     events_page: int | None = None,
     steps_after: int = 0,
     tool_calls_after: int = 0,
 ) -> RunAudit:
     """The run's records with a page of its event log, of each version's steps and of its tool
-    calls, its step timeline drawn as SVG, and a check of its whole event hash chain."""
+    calls, and a check of its whole event hash chain."""
     events_page = events_page or AUDIT_EVENTS_PAGE
     rows_page = AUDIT_ROWS_PAGE
     records = run_records_get(
@@ -129,7 +123,6 @@ def run_audit_get(
         tool_calls_after=tool_calls_after,
         tool_calls_limit=rows_page,
     )
-    spans = run_timeline(records, now=now or timezone.now())
     # The event log is read after a seq; seqs run from 1 without gaps, so seq is a position.
     last_shown = records.events[-1].seq if records.events else events_after
     events_next_after, events_previous_after = neighbour_pages(
@@ -167,11 +160,6 @@ def run_audit_get(
         tool_calls_previous_after=tool_calls_previous_after,
     )
     _compare_versions(records)
-    if spans:
-        # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
-        audit.timeline_svg = mark_safe(  # noqa: S308
-            gantt_svg(spans, title=f"Timeline of the steps of run {run.pk}")
-        )
     return audit
 
 
@@ -194,42 +182,6 @@ def _compare_versions(records: RunRecords) -> None:
                 base.steps, version.steps, reused_from=reused.get(version.plan.version)
             ),
         )
-
-
-def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
-    """One span per started step, from the run's start, grouped by (plan version and) round."""
-    started = [
-        (version.plan.version, step, step.started_at)
-        for version in records.versions
-        for step in version.steps
-        if step.started_at
-    ]
-    if not started:
-        return []
-    origin = min([at for _, _, at in started] + [records.run.started_at or now])
-    several_versions = len({number for number, _, _ in started}) > 1
-    ongoing_until = records.run.finished_at or now
-    spans = []
-    for number, step, started_at in sorted(
-        started, key=lambda item: (item[0], item[1].round, item[2])
-    ):
-        end = step.finished_at or ongoing_until
-        seconds = (end - started_at).total_seconds()
-        group = (
-            f"Plan v{number} · round {step.round}" if several_versions else f"Round {step.round}"
-        )
-        spans.append(
-            Span(
-                group=group,
-                label=f"{step.step_id} · {step.tool}",
-                start=(started_at - origin).total_seconds(),
-                end=(end - origin).total_seconds(),
-                fill=STATUS_COLOURS.get(step.status, STATUS_COLOURS["pending"]),
-                title=f"step {step.step_id} · {step.tool}: {step.status}, {seconds:.3f} s",
-                open_ended=step.finished_at is None,
-            )
-        )
-    return spans
 
 
 EXPORT_FORMAT = "agentsite.run-export/1"

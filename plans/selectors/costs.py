@@ -11,7 +11,6 @@ from typing import Any
 
 from django.db.models import F, Sum
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
 
 from plans.models import (
     ApprovalRollup,
@@ -22,7 +21,6 @@ from plans.models import (
     ToolRollup,
 )
 from plans.selectors.runs import start_of_day
-from plans.ui.charts import Bar, bar_chart_svg, usd_label
 
 # --- costs and health ------------------------------------------------------------------------
 
@@ -57,7 +55,6 @@ class CostReport:
     total_usd: Decimal
     model_calls: int
     daily: list[dict[str, Any]]
-    daily_svg: SafeString
     by_model: list[dict[str, Any]]
     by_author: list[dict[str, Any]]
     by_tool: list[dict[str, Any]]
@@ -167,21 +164,6 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         total_usd=total,
         model_calls=call_count,
         daily=daily,
-        daily_svg=mark_safe(  # noqa: S308 - built from XML elements, escaped on serialisation
-            bar_chart_svg(
-                [
-                    Bar(
-                        label=row["day"].strftime("%b %-d"),
-                        value=float(row["cost"]),
-                        title=f"{row['day']:%a %b %-d}: ${row['cost']:.6f} in {row['calls']} "
-                        + ("call" if row["calls"] == 1 else "calls"),
-                    )
-                    for row in daily
-                ],
-                value_label=usd_label,
-                title=f"Model spend per day, last {days} days",
-            )
-        ),
         by_model=by_model,
         by_author=by_author,
         by_tool=by_tool,

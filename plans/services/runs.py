@@ -13,7 +13,8 @@ from plans import engine
 from plans.journal.events import append_events
 from plans.journal.tasks import run_enqueue
 from plans.models import Experiment, Goal, Run
-from plans.services.plans import plan_check, plan_current, plan_store
+from plans.selectors.plans import plan_current
+from plans.services.plans import plan_check, plan_store
 
 GOAL_MAX_CHARS = 2000
 

@@ -6,11 +6,12 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from plans.models import Plan
+from plans.engine.text import whole_number
 from plans.roles import may_submit_goals
+from plans.selectors.plans import plans_valid
 from plans.services.forks import fork_preview, plan_json_of, run_fork, run_rerun
 from plans.services.runs import GoalRejected
-from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
+from plans.views.params import SignedInRequest, visible_run_or_404
 
 
 @require_POST
@@ -28,7 +29,7 @@ def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
 def fork(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The plan version's JSON in an editor with its problems and a preview; POST runs it."""
     origin = visible_run_or_404(request, run_id)
-    plans = list(Plan.objects.filter(run=origin, is_valid=True).order_by("version"))
+    plans = plans_valid(origin)
     asked = whole_number(request.GET.get("version", "") or request.POST.get("version", ""))
     chosen = next((p for p in plans if p.version == asked), plans[-1] if plans else None)
     error, status = "", 200

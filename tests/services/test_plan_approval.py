@@ -4,8 +4,9 @@ import pytest
 
 from plans.models import Run, RunEvent, ToolCall
 from plans.runtime.advance import advance_run
+from plans.selectors.plans import plan_current
 from plans.services.approvals import ApprovalRefused
-from plans.services.plans import plan_current, plan_decide
+from plans.services.plans import plan_decide
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

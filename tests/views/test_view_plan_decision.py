@@ -3,7 +3,7 @@
 import pytest
 
 from plans.models import Goal, Run, ToolCall
-from plans.services.plans import plan_current
+from plans.selectors.plans import plan_current
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

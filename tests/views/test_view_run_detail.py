@@ -11,7 +11,7 @@ from plans.llm.offline import PRICE_GOAL, REFUND_GOAL
 from plans.models import Run, RunEvent
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from plans.views.goals import run_page_context
+from plans.ui.run_page import run_page_context
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from plans.engine.text import MAX_ID, whole_number
 from plans.services.runs import run_create
-from plans.views.params import MAX_ID, whole_number
 
 pytestmark = pytest.mark.django_db
 
