@@ -23,6 +23,7 @@ from django.utils.crypto import constant_time_compare
 
 from plans.engine.text import MAX_ID, whole_number
 from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
+from plans.roles import may_decide
 from plans.selectors.approvals import pending_approvals_count
 from plans.selectors.runs import run_events_after, run_visible_get
 from plans.ui.run_page import (
@@ -251,7 +252,7 @@ class PendingApprovalsConsumer(SessionBound):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_SIGNED_IN)
             return
-        if not await database_sync_to_async(user.has_perm)("plans.decide_approval"):
+        if not await database_sync_to_async(may_decide)(user):
             await self.close(code=FORBIDDEN)
             return
         bind_server_loop(asyncio.get_running_loop())

@@ -27,14 +27,13 @@ from plans.api.schemas import (
     RunListOut,
     RunOut,
 )
-from plans.api.tokens import may_create_runs
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
 from plans.models import Run
 from plans.selectors.audit import run_export_json
 from plans.selectors.runs import RunFilters, run_events_after, run_visible_get, runs_matching
 from plans.services.plans import plan_check
-from plans.services.runs import GoalRejected, run_cancel, run_create, run_start, run_summary
+from plans.services.runs import author_check, run_cancel, run_create, run_start, run_summary
 
 router = Router(tags=["runs"])
 
@@ -127,10 +126,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
 )
 def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     user: User = request.user  # type: ignore[assignment]
-    if not may_create_runs(user):
-        raise ApiError(
-            403, "not_an_author", "Only authors may hand the agent goals (token role: authors)."
-        )
+    author_check(user, via="api")  # first: an outsider learns nothing of keys, limits or plans
     key = request.headers.get("Idempotency-Key", "").strip()
     if len(key) > 200:
         raise ApiError(422, "invalid_idempotency_key", "The Idempotency-Key is over 200 chars.")
@@ -161,14 +157,13 @@ def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]
                 budget_usd=options.budget_usd,
                 budget_tokens=options.budget_tokens,
                 max_parallel_steps=options.max_parallel_steps,
+                via="api",
             )
             if key:
                 IdempotencyKey.objects.create(
                     user=user, key=key, request_sha256=fingerprint, run=run
                 )
             run_start(run)
-    except GoalRejected as rejected:
-        raise ApiError(422, "goal_rejected", str(rejected)) from rejected
     except IntegrityError:
         # The same key raced in from another request: that request's run is the answer.
         replay = _replayed(user, key, fingerprint) if key else None

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -124,11 +124,3 @@ def scoped_user(user: User, roles: Iterable[str]) -> User:
     user.has_perm = types.MethodType(has_perm, user)  # type: ignore[method-assign]
     user.api_roles = frozenset(roles)  # type: ignore[attr-defined]
     return user
-
-
-def may_create_runs(user: User | AnonymousUser) -> bool:
-    """Authors may hand the agent goals; through a token, only with the authors role on it."""
-    roles = getattr(user, "api_roles", None)
-    if roles is not None:
-        return user.has_perm("plans.add_goal")
-    return may_submit_goals(user)

@@ -9,6 +9,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
 from plans.models import Approval, HumanQuestion, Plan, Run, Step
+from plans.roles import may_decide
 from plans.selectors.runs import run_visibility
 
 
@@ -22,6 +23,15 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
         .order_by("-requested_at", "-pk")
     )
     return waiting.none() if rule is None else waiting.filter(rule)
+
+
+def approvals_visible(user: User | AnonymousUser, ids: list[int]) -> dict[int, Approval]:
+    """Of the approvals with these ids, those of runs the user may see, by id."""
+    rule = run_visibility(user, through="run__")
+    if rule is None:
+        return {}
+    approvals = Approval.objects.filter(pk__in=ids).filter(rule)
+    return {a.pk: a for a in approvals.select_related("run__goal__author", "step")}
 
 
 def approval_inputs(approvals: list[Approval]) -> dict[int, list[Step]]:
@@ -72,7 +82,7 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
     if not user.is_authenticated:
         return 0
     asked = len(questions_waiting(user))
-    if not user.has_perm("plans.decide_approval"):
+    if not may_decide(user):
         return asked
     return asked + approvals_waiting(user).order_by().values("pk")[: WAITING_COUNT_CAP + 1].count()
 

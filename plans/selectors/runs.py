@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from plans.journal.events import event_message
 from plans.models import Goal, Run, RunEvent, Step
+from plans.roles import may_decide
 
 # --- who sees what: the one rule ---------------------------------------------------------
 
@@ -30,7 +31,7 @@ def run_visibility(user: User | AnonymousUser, *, through: str = "") -> Q | None
     """
     if not user.is_authenticated:
         return None
-    if user.has_perm("plans.view_all_runs") or user.has_perm("plans.decide_approval"):
+    if user.has_perm("plans.view_all_runs") or may_decide(user):
         return Q()
     return Q(**{f"{through}goal__author": user})
 

@@ -20,8 +20,20 @@ from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
 from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids
-from plans.services.approvals import ApprovalRefused, reason_clean, reviewer_check
+from plans.selectors.plans import plan_current
+from plans.services.approvals import (
+    ApprovalRefused,
+    four_eyes_refused,
+    reason_clean,
+    reason_required,
+    reviewer_check,
+)
 from plans.tools import get_registry, tool_catalog_for_prompt
+
+
+class PlanRefused(ApprovalRefused):
+    """A decision on a whole plan that cannot be recorded. Codes as ApprovalRefused's, and
+    not_waiting (decided meanwhile, or replaced by a newer version) and stale_plan (the API)."""
 
 
 def plan_steps(plan: Plan) -> dict[int, Step]:
@@ -287,24 +299,24 @@ def plan_decide(
     resume: bool = True,
 ) -> Plan:
     """A reviewer's decision on a whole plan, under the plan-approval policy."""
-    reason = reason_clean(reason)
-    if not approve and not reason:
-        raise ApprovalRefused("A reason is required to reject a plan.")
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
+    reason = reason_clean(reason)
+    if not approve and not reason:
+        raise reason_required(" a plan.")
     with transaction.atomic():
         locked = (
             Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
         )
         run = locked.run
         if locked.decision:
-            raise ApprovalRefused(f"Plan v{locked.version} was already {locked.decision}.")
-        if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
-            raise ApprovalRefused("This plan is not waiting for a decision.")
-        if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
-            raise ApprovalRefused(
-                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
+            raise PlanRefused(
+                "already_decided", f"Plan v{locked.version} was already {locked.decision}."
             )
+        if run.status != Run.Status.AWAITING_PLAN_APPROVAL or plan_is_outdated(locked):
+            raise plan_not_waiting()
+        if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
+            raise four_eyes_refused("plan")
         locked.decision = Plan.Decision.APPROVED if approve else Plan.Decision.REJECTED
         locked.decided_by = reviewer
         locked.decision_reason = reason
@@ -327,6 +339,29 @@ def plan_decide(
         if resume:
             run_enqueue(run.pk)
     return locked
+
+
+def plan_decide_seen(
+    *, run: Run, version: int, reviewer: User, approve: bool, reason: str = "", via: str = "api"
+) -> Plan:
+    """Decide the run's plan if `version` (the one its reviewer saw) is still the current one."""
+    reviewer_check(reviewer)
+    if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
+        raise four_eyes_refused("plan")
+    if not approve and not reason.strip():
+        raise reason_required(" a plan.")
+    plan = plan_current(run)
+    if plan is None or plan.version != version:
+        raise PlanRefused(
+            "stale_plan",
+            f"Plan v{version} is not the run's current plan"
+            + (f" (v{plan.version} is)." if plan else "."),
+        )
+    return plan_decide(plan=plan, reviewer=reviewer, approve=approve, reason=reason, via=via)
+
+
+def plan_not_waiting() -> PlanRefused:
+    return PlanRefused("not_waiting", "This plan is not waiting for a decision.")
 
 
 def plan_is_outdated(plan: Plan) -> bool:

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.engine.text import whole_number
 from plans.models import Approval, Run, Step
+from plans.roles import may_decide
 from plans.selectors.approvals import (
     INBOX_RUNS,
     approval_inputs,
@@ -32,6 +33,7 @@ from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
 from plans.views.params import SignedInRequest
+from plans.views.refusals import refusal_status
 
 
 @dataclass
@@ -78,7 +80,7 @@ def inbox(request: SignedInRequest) -> HttpResponse:
 def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
-        "may_decide": request.user.has_perm("plans.decide_approval"),
+        "may_decide": may_decide(request.user),
         "questions": questions_waiting(request.user),
     }
 
@@ -127,7 +129,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
         try:
             changes_request(approvals=chosen, reviewer=request.user, instructions=reason)
         except ApprovalRefused as refused:
-            error, status = str(refused), 403 if not may_decide(request) else 409
+            error, status = str(refused), refusal_status(refused)
     elif not error:
         try:
             approvals_decide(
@@ -138,7 +140,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
                 edited_args=edited or None,
             )
         except ApprovalRefused as refused:
-            error, status = str(refused), refusal_status(request, approve, reason)
+            error, status = str(refused), refusal_status(refused)
 
     if not request.htmx:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
@@ -236,19 +238,6 @@ def _parse_edits(
         if args != approval.args:
             edited[approval.pk] = args
     return edited, ""
-
-
-def may_decide(request: SignedInRequest) -> bool:
-    return request.user.has_perm("plans.decide_approval")
-
-
-def refusal_status(request: SignedInRequest, approve: bool, reason: str) -> int:
-    """The HTTP status of a refused decision: who may not decide, what is missing, or too late."""
-    if not request.user.has_perm("plans.decide_approval"):
-        return 403
-    if not approve and not reason.strip():
-        return 422
-    return 409  # already decided, four-eyes, or the run has ended
 
 
 def _group_after_decision(

@@ -2,6 +2,7 @@
 
 from django.http import HttpRequest
 
+from plans.roles import may_decide
 from plans.selectors.approvals import pending_approvals_count
 
 
@@ -12,5 +13,5 @@ def pending_approvals(request: HttpRequest) -> dict[str, object]:
         return {}
     return {
         "pending_approvals": pending_approvals_count(user),
-        "is_reviewer": user.has_perm("plans.decide_approval"),
+        "is_reviewer": may_decide(user),
     }

@@ -12,6 +12,7 @@ from plans.selectors.plans import plans_valid
 from plans.services.forks import fork_preview, plan_json_of, run_fork, run_rerun
 from plans.services.runs import GoalRejected
 from plans.views.params import SignedInRequest, visible_run_or_404
+from plans.views.refusals import refusal_status
 
 
 @require_POST
@@ -21,7 +22,7 @@ def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
     try:
         run = run_rerun(origin=origin, author=request.user)
     except GoalRejected as refused:
-        return HttpResponse(str(refused), status=403)
+        return HttpResponse(str(refused), status=refusal_status(refused))
     return redirect("plans:run_detail", run_id=run.pk)
 
 
@@ -43,7 +44,7 @@ def fork(request: SignedInRequest, run_id: int) -> HttpResponse:
                 version=chosen.version if chosen else None,
             )
         except GoalRejected as refused:
-            error, status = str(refused), 422 if may_submit_goals(request.user) else 403
+            error, status = str(refused), refusal_status(refused)
         else:
             return redirect("plans:run_detail", run_id=run.pk)
     else:

@@ -18,17 +18,19 @@ from plans.selectors.runs import run_events_after, runs_recent_of
 from plans.services.approvals import ApprovalRefused
 from plans.services.changes import plan_changes_request
 from plans.services.plans import plan_decide
-from plans.services.runs import GoalRejected, run_cancel, run_create, run_start
+from plans.services.runs import (
+    NOT_AN_AUTHOR,
+    GoalRejected,
+    run_cancel,
+    run_create,
+    run_start,
+)
 from plans.ui.run_page import LIVE_EVENTS, live_events_context, run_page_context, step_panel_context
-from plans.views.approvals import refusal_status
 from plans.views.forms import PlanDecisionForm
 from plans.views.params import SignedInRequest, visible_run_or_404
+from plans.views.refusals import refusal_status
 
 RECENT_RUNS = 10
-NOT_AN_AUTHOR = (
-    "Only authors can hand the agent a goal. Ask an administrator to add you to the "
-    "“authors” group."
-)
 
 
 @require_http_methods(["GET", "POST"])
@@ -39,26 +41,24 @@ def new_goal(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST":
         # A suggestion button carries its goal in its own field, so the textbox needs no JS.
         goal_text = request.POST.get("suggestion") or request.POST.get("goal", "")
-        if not may_submit:
-            error, status = NOT_AN_AUTHOR, 403
+        try:
+            run = run_create(
+                author=request.user,
+                goal_text=goal_text,
+                require_plan_approval=request.POST.get("require_plan_approval") == "1",
+                agent=(
+                    Goal.Agent.REACT
+                    if request.POST.get("agent") == Goal.Agent.REACT
+                    else Goal.Agent.PLAN_EXECUTE
+                ),
+                via="web",
+            )
+        except GoalRejected as rejected:
+            error, status = str(rejected), refusal_status(rejected)
         else:
-            try:
-                run = run_create(
-                    author=request.user,
-                    goal_text=goal_text,
-                    require_plan_approval=request.POST.get("require_plan_approval") == "1",
-                    agent=(
-                        Goal.Agent.REACT
-                        if request.POST.get("agent") == Goal.Agent.REACT
-                        else Goal.Agent.PLAN_EXECUTE
-                    ),
-                )
-            except GoalRejected as rejected:
-                error, status = str(rejected), 422
-            else:
-                run_start(run)
-                url = reverse("plans:run_detail", args=[run.pk])
-                return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+            run_start(run)
+            url = reverse("plans:run_detail", args=[run.pk])
+            return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
     context = {
         "goal_text": goal_text,
         "require_plan_approval": request.POST.get("require_plan_approval") == "1",
@@ -123,7 +123,7 @@ def plan_decide_view(request: SignedInRequest, run_id: int) -> HttpResponse:
         else:
             plan_decide(plan=plan, reviewer=request.user, approve=approve, reason=reason)
     except ApprovalRefused as refused:
-        status, error = refusal_status(request, approve or form.changes, reason), str(refused)
+        status, error = refusal_status(refused), str(refused)
     run.refresh_from_db()
     if request.htmx:
         context = {"run": run, "plan_error": error}
