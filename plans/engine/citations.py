@@ -49,6 +49,17 @@ class AnswerCheck:
     def ok(self) -> bool:
         return not self.unsupported and all(c.valid for c in self.citations)
 
+    def summary(self, *, listed: int = 20) -> dict[str, Any]:
+        """Counts and the first invalid citations: what an event needs, not every span."""
+        invalid = [c for c in self.citations if not c.valid]
+        return {
+            "ok": self.ok,
+            "cited": len(self.citations),
+            "citations_invalid": [{"step": c.step, "reason": c.reason} for c in invalid[:listed]],
+            "citations_invalid_count": len(invalid),
+            "figures_unsupported": len(self.unsupported),
+        }
+
     def as_json(self) -> dict[str, Any]:
         return {
             "citations": [asdict(c) for c in self.citations],
@@ -74,11 +85,17 @@ def answer_check(answer: str, outcomes: Iterable[Mapping[str, Any]]) -> AnswerCh
         check.citations.append(Citation(step_id, not reason, reason, match.start(), match.end()))
         cited_spans.append((match.start(), match.end()))
     known = _known_values(by_id.values())
+    # Both scans run left to right, so one pointer into the spans keeps this linear: a
+    # 500-step answer has hundreds of citations and hundreds of figures.
+    span = 0
     for match in FIGURE.finditer(answer):
-        if any(start <= match.start() < end for start, end in cited_spans):
+        at = match.start()
+        while span < len(cited_spans) and cited_spans[span][1] <= at:
+            span += 1
+        if span < len(cited_spans) and cited_spans[span][0] <= at:
             continue  # the N of a citation
         if _value(match.group(0)) not in known:
-            check.unsupported.append(Figure(match.group(0), match.start(), match.end()))
+            check.unsupported.append(Figure(match.group(0), at, match.end()))
     return check
 
 

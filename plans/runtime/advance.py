@@ -318,15 +318,12 @@ class RunAdvancer:
 
     def check_answer(self, steps: dict[int, Step]) -> None:
         """Mark the answer's citations valid or not and flag figures no step result holds."""
-        check = answer_check(self.run.answer, step_outcomes(steps)).as_json()
+        checked = answer_check(self.run.answer, step_outcomes(steps))
+        check = checked.as_json()
         self.run.answer_check = check
         self.recorder.run_changed(answer_check=check)
-        self.recorder.event(
-            "answer_checked",
-            ok=check["ok"],
-            citations=check["citations"],
-            unsupported=check["unsupported"],
-        )
+        # The run holds every span; the event only what the timeline says about them.
+        self.recorder.event("answer_checked", **checked.summary())
 
     def finish(self, status: str) -> str:
         self.run.status = status

@@ -4,8 +4,10 @@ import json
 
 import pytest
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import strategies as st
 
-from plans.engine.citations import answer_check
+from plans.engine.citations import CITATION, FIGURE, _known_values, _value, answer_check
 from plans.llm.offline import PRICE_GOAL
 from plans.models import Run, RunEvent
 from plans.runtime.advance import advance_run
@@ -64,6 +66,8 @@ def test_the_offline_model_cites_correctly_and_the_check_is_on_record(author, cl
     assert all(c["valid"] for c in run.answer_check["citations"])
     event = RunEvent.objects.get(run=run, kind="answer_checked")
     assert event.payload["ok"] is True
+    assert event.payload["cited"] == len(run.answer_check["citations"]) > 0
+    assert "citations" not in event.payload  # a summary: the run holds every span
     client.force_login(author)
     page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
     step_1 = reverse("plans:step_detail", args=[run.pk, 1])
@@ -95,3 +99,62 @@ def test_the_run_page_and_audit_flag_a_wrong_figure_and_a_bad_citation(author, c
     audit = client.get(reverse("plans:run_audit", args=[run.pk])).content.decode()
     assert "figure “95,000”: appears in no step result" in audit
     assert "not valid: there is no step 9" in audit
+
+
+def _answer_check_by_rescanning(answer, outcomes):
+    """The check as first written (every figure against every citation span): the oracle."""
+    spans = [(m.start(), m.end()) for m in CITATION.finditer(answer)]
+    known = _known_values(outcomes)
+    return [
+        (m.group(0), m.start())
+        for m in FIGURE.finditer(answer)
+        if not any(s <= m.start() < e for s, e in spans) and _value(m.group(0)) not in known
+    ]
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "[step 1]",
+                "[step 22]",
+                "[ step 3 ]",
+                "79,900",
+                "95000",
+                "2026-12-19",
+                "16",
+                " ",
+                "A-1001",
+                "iPhone 16",
+                ".",
+                "4.50",
+                "[step",
+                "]",
+            ]
+        ),
+        max_size=60,
+    )
+)
+def test_the_linear_scan_flags_exactly_what_comparing_every_span_would(pieces):
+    answer = "".join(pieces)
+    outcomes = [{"id": 1, "status": "succeeded", "args": {}, "result": 79900}]
+
+    flagged = [(f.text, f.start) for f in answer_check(answer, outcomes).unsupported]
+
+    assert flagged == _answer_check_by_rescanning(answer, outcomes)
+
+
+def test_the_event_summarises_a_long_answers_check_and_the_run_keeps_every_span():
+    outcomes = [{"id": n, "status": "succeeded", "args": {}, "result": n} for n in range(1, 401)]
+    answer = " ".join(f"Item {n} is {n * 7} [step {n}] [step {n + 1000}]." for n in range(1, 401))
+
+    check = answer_check(answer, outcomes)
+    summary = check.summary()
+
+    assert len(check.citations) == 800 and len(check.as_json()["citations"]) == 800
+    assert summary["cited"] == 800
+    assert summary["citations_invalid_count"] == 400
+    assert len(summary["citations_invalid"]) == 20
+    assert summary["citations_invalid"][0] == {"step": 1001, "reason": "there is no step 1001"}
+    assert summary["figures_unsupported"] == len(check.unsupported) > 0
+    assert summary["ok"] is False
