@@ -346,19 +346,7 @@ def _sources() -> dict[type[Model], Source]:
     run_key = {"day": "day", "author_id": "author"}
     tokens = {name: f"sum_{name}" for name in _TOKEN_FIELDS}
     return {
-        SpendRollup: (
-            {**run_key, "model": "model", "calls": "n", **tokens, "cost_usd": "cost"},
-            ModelCall.objects.annotate(
-                day=_local_day("created_at"), author=F("run__goal__author_id")
-            )
-            .values("day", "author", "model")
-            .annotate(
-                n=Count("id"),
-                **{column: Sum(name) for name, column in tokens.items()},
-                cost=Sum("cost_usd"),
-            )
-            .order_by(),
-        ),
+        SpendRollup: _spend_source(run_key, tokens),
         RunRollup: (
             {
                 **run_key,
@@ -387,41 +375,63 @@ def _sources() -> dict[type[Model], Source]:
             .annotate(n=Count("id"))
             .order_by(),
         ),
-        ToolRollup: (
-            {
-                "day": "day",
-                "tool": "tool",
-                "calls": "n",
-                "errors": "n_errors",
-                "duration_ms": "duration",
-            },
-            ToolCall.objects.annotate(day=_local_day("started_at"))
-            .values("day", "tool")
-            .annotate(
-                n=Count("id"),
-                n_errors=Count("id", filter=~Q(error="")),
-                duration=Sum("duration_ms"),
-            )
-            .order_by(),
-        ),
+        ToolRollup: _tool_source(),
         PlannedToolRollup: (
             {"day": "day", "tool": "tool", "runs": "n", "cost_usd": "cost"},
             _planned_by_tool(runs),
         ),
-        ApprovalRollup: (
-            {"day": "day", "decided": "n", "rejected": "n_rejected"},
-            Approval.objects.filter(
-                decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
-            )
-            .annotate(day=_local_day("decided_at"))
-            .values("day")
-            .annotate(
-                n=Count("id"),
-                n_rejected=Count("id", filter=Q(decision=Approval.Decision.REJECTED)),
-            )
-            .order_by(),
-        ),
+        ApprovalRollup: _approval_source(),
     }
+
+
+def _spend_source(run_key: dict[str, str], tokens: dict[str, str]) -> Source:
+    return (
+        {**run_key, "model": "model", "calls": "n", **tokens, "cost_usd": "cost"},
+        ModelCall.objects.annotate(day=_local_day("created_at"), author=F("run__goal__author_id"))
+        .values("day", "author", "model")
+        .annotate(
+            n=Count("id"),
+            **{column: Sum(name) for name, column in tokens.items()},
+            cost=Sum("cost_usd"),
+        )
+        .order_by(),
+    )
+
+
+def _tool_source() -> Source:
+    return (
+        {
+            "day": "day",
+            "tool": "tool",
+            "calls": "n",
+            "errors": "n_errors",
+            "duration_ms": "duration",
+        },
+        ToolCall.objects.annotate(day=_local_day("started_at"))
+        .values("day", "tool")
+        .annotate(
+            n=Count("id"),
+            n_errors=Count("id", filter=~Q(error="")),
+            duration=Sum("duration_ms"),
+        )
+        .order_by(),
+    )
+
+
+def _approval_source() -> Source:
+    return (
+        {"day": "day", "decided": "n", "rejected": "n_rejected"},
+        Approval.objects.filter(
+            decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
+        )
+        .annotate(day=_local_day("decided_at"))
+        .values("day")
+        .annotate(
+            n=Count("id"),
+            n_rejected=Count("id", filter=Q(decision=Approval.Decision.REJECTED)),
+        )
+        .order_by(),
+    )
 
 
 def _planned_by_tool(runs: QuerySet[Any]) -> QuerySet[Any]:

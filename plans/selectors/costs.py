@@ -9,7 +9,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F, Sum
+from django.db.models import F, QuerySet, Sum
 from django.utils import timezone
 
 from plans.models import (
@@ -75,77 +75,15 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
     since = start_of_day(first_day)
 
     spend = SpendRollup.objects.filter(day__gte=first_day)
-    per_day: dict[date, dict[str, Any]] = {
-        row["day"]: dict(row)
-        for row in spend.values("day").annotate(cost=Sum("cost_usd"), calls=Sum("calls")).order_by()
-    }
-    daily: list[dict[str, Any]] = []
-    for offset in range(days):
-        day = first_day + timedelta(days=offset)
-        row = per_day.get(day, {})
-        daily.append({"day": day, "cost": _usd(row.get("cost")), "calls": row.get("calls") or 0})
+    daily = _daily(spend, first_day, days)
     total = sum((row["cost"] for row in daily), Decimal(0))
     call_count = sum(row["calls"] for row in daily)
-
-    by_model = _rows(
-        spend.values("model")
-        .annotate(
-            calls=Sum("calls"),
-            input_tokens=Sum("input_tokens"),
-            output_tokens=Sum("output_tokens"),
-            cache_read_tokens=Sum("cache_read_tokens"),
-            cache_write_tokens=Sum("cache_write_tokens"),
-            cost=Sum("cost_usd"),
-        )
-        .filter(calls__gt=0)
-        .order_by("-cost", "model")
-    )
     runs = RunRollup.objects.filter(day__gte=first_day)
-    # Runs an author created in the window (a run counts once, however many days it calls).
-    runs_by_author = dict(
-        runs.values_list("author").annotate(n=Sum("runs")).order_by().values_list("author", "n")
-    )
-    by_author = _rows(
-        spend.values("author_id", name=F("author__username"))
-        .annotate(calls=Sum("calls"), cost=Sum("cost_usd"))
-        .filter(calls__gt=0)
-        .order_by("-cost", "name")
-    )
-    for row in by_author:
-        row["author"] = row.pop("name")
-        row["runs"] = runs_by_author.get(row.pop("author_id"), 0)
+    by_model, by_author = _by_model(spend), _by_author(spend, runs)
     for row in [*by_model, *by_author]:
         row["cost"] = _usd(row["cost"])
         row["share"] = float(row["cost"] / total) if total else 0.0
-
-    by_tool = _rows(
-        ToolRollup.objects.filter(day__gte=first_day)
-        .values("tool")
-        .annotate(
-            calls=Sum("calls"),
-            errors=Sum("errors"),
-            duration_ms=Sum("duration_ms"),
-        )
-        .filter(calls__gt=0)
-        .order_by("-calls", "tool")
-    )
-    # Tools spend no tokens, so a tool's cost is that of the runs whose plan uses it: a run
-    # using several tools counts fully under each.
-    planned: dict[str, dict[str, Any]] = {
-        row["tool"]: dict(row)
-        for row in PlannedToolRollup.objects.filter(
-            day__gte=first_day, tool__in=[row["tool"] for row in by_tool]
-        )
-        .values("tool")
-        .annotate(runs=Sum("runs"), cost=Sum("cost_usd"))
-        .order_by()
-    }
-    for row in by_tool:
-        row["error_rate"] = Rate(row["errors"], row["calls"]).rate
-        row["avg_ms"] = row.pop("duration_ms") / row["calls"]
-        planning = planned.get(row["tool"], {})
-        row["runs"] = planning.get("runs") or 0
-        row["runs_cost"] = _usd(planning.get("cost"))
+    by_tool = _by_tool(first_day)
 
     run_counts = runs.aggregate(
         total=Sum("runs"),
@@ -176,6 +114,85 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         runs=run_counts["total"] or 0,
         generated_at=now,
     )
+
+
+def _daily(spend: QuerySet[SpendRollup], first_day: date, days: int) -> list[dict[str, Any]]:
+    """Cost and calls of each day of the window, days without calls included."""
+    per_day: dict[date, dict[str, Any]] = {
+        row["day"]: dict(row)
+        for row in spend.values("day").annotate(cost=Sum("cost_usd"), calls=Sum("calls")).order_by()
+    }
+    daily: list[dict[str, Any]] = []
+    for offset in range(days):
+        day = first_day + timedelta(days=offset)
+        row = per_day.get(day, {})
+        daily.append({"day": day, "cost": _usd(row.get("cost")), "calls": row.get("calls") or 0})
+    return daily
+
+
+def _by_model(spend: QuerySet[SpendRollup]) -> list[dict[str, Any]]:
+    return _rows(
+        spend.values("model")
+        .annotate(
+            calls=Sum("calls"),
+            input_tokens=Sum("input_tokens"),
+            output_tokens=Sum("output_tokens"),
+            cache_read_tokens=Sum("cache_read_tokens"),
+            cache_write_tokens=Sum("cache_write_tokens"),
+            cost=Sum("cost_usd"),
+        )
+        .filter(calls__gt=0)
+        .order_by("-cost", "model")
+    )
+
+
+def _by_author(spend: QuerySet[SpendRollup], runs: QuerySet[RunRollup]) -> list[dict[str, Any]]:
+    # Runs an author created in the window (a run counts once, however many days it calls).
+    runs_by_author = dict(
+        runs.values_list("author").annotate(n=Sum("runs")).order_by().values_list("author", "n")
+    )
+    by_author = _rows(
+        spend.values("author_id", name=F("author__username"))
+        .annotate(calls=Sum("calls"), cost=Sum("cost_usd"))
+        .filter(calls__gt=0)
+        .order_by("-cost", "name")
+    )
+    for row in by_author:
+        row["author"] = row.pop("name")
+        row["runs"] = runs_by_author.get(row.pop("author_id"), 0)
+    return by_author
+
+
+def _by_tool(first_day: date) -> list[dict[str, Any]]:
+    by_tool = _rows(
+        ToolRollup.objects.filter(day__gte=first_day)
+        .values("tool")
+        .annotate(
+            calls=Sum("calls"),
+            errors=Sum("errors"),
+            duration_ms=Sum("duration_ms"),
+        )
+        .filter(calls__gt=0)
+        .order_by("-calls", "tool")
+    )
+    # Tools spend no tokens, so a tool's cost is that of the runs whose plan uses it: a run
+    # using several tools counts fully under each.
+    planned: dict[str, dict[str, Any]] = {
+        row["tool"]: dict(row)
+        for row in PlannedToolRollup.objects.filter(
+            day__gte=first_day, tool__in=[row["tool"] for row in by_tool]
+        )
+        .values("tool")
+        .annotate(runs=Sum("runs"), cost=Sum("cost_usd"))
+        .order_by()
+    }
+    for row in by_tool:
+        row["error_rate"] = Rate(row["errors"], row["calls"]).rate
+        row["avg_ms"] = row.pop("duration_ms") / row["calls"]
+        planning = planned.get(row["tool"], {})
+        row["runs"] = planning.get("runs") or 0
+        row["runs_cost"] = _usd(planning.get("cost"))
+    return by_tool
 
 
 def _tokens_per_completed_run(first_day: date, runs: int, tokens: int) -> TokenStats:

@@ -69,19 +69,7 @@ def run_create(
     via names the channel: "web" and "api" (people signed in) need an author (author_check).
     """
     author_check(author, via=via)
-    if agent not in Goal.Agent.values:
-        raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
-    if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
-        raise ValueError("a plan file is run by the plan-and-execute agent only")
-    if agent == Goal.Agent.REACT and (
-        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
-    ):
-        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
-        raise GoalRejected(
-            "goal_invalid",
-            "The ReAct agent has no plan to approve before it acts; under plan approval, "
-            "choose plan-and-execute.",
-        )
+    _agent_check(agent, plan_data=plan_data, require_plan_approval=require_plan_approval)
     text = goal_clean(goal_text)
     with transaction.atomic():
         goal = Goal.objects.create(
@@ -115,6 +103,22 @@ def run_create(
                 source="file",
             )
     return run
+
+
+def _agent_check(agent: str, *, plan_data: Any, require_plan_approval: bool) -> None:
+    if agent not in Goal.Agent.values:
+        raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
+    if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
+        raise ValueError("a plan file is run by the plan-and-execute agent only")
+    if agent == Goal.Agent.REACT and (
+        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
+    ):
+        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
+        raise GoalRejected(
+            "goal_invalid",
+            "The ReAct agent has no plan to approve before it acts; under plan approval, "
+            "choose plan-and-execute.",
+        )
 
 
 def run_start(run: Run) -> None:

@@ -114,31 +114,10 @@ def tool(
     reuse an earlier identical call's result; ``reconcile`` (destructive tools) answers, for an
     idempotency key, the result of a call whose reply never came, or None if unknown.
     """
-    retry_on = _check_options(destructive, timeout_s, name, retryable)
-    if not isinstance(pure, bool):
-        raise TypeError(f"@tool(pure=...) must be a bool, got {pure!r}")
-    if pure and destructive:
-        raise TypeError("@tool(pure=True) cannot be destructive: an effect is not a pure function")
-    if reconcile is not None and not (callable(reconcile) and destructive):
-        raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
+    retry_on = _check_options(destructive, timeout_s, name, retryable, pure, reconcile)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(func):
-            raise TypeError(f"@tool expects a function, got {func!r}")
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-            # The executor calls tools synchronously: the body would never run and the
-            # coroutine object would be recorded as the step's result.
-            kind = "an async generator" if inspect.isasyncgenfunction(func) else "async"
-            raise TypeError(
-                f"@tool {func.__module__}.{func.__qualname__}: the function is {kind}; tools "
-                "are called synchronously, so declare it with plain 'def'"
-            )
-        tool_name = func.__name__ if name is None else name
-        if not _NAME.match(tool_name):
-            raise TypeError(
-                f"@tool {func.__module__}.{func.__qualname__}: name {tool_name!r} must be 1-64 "
-                "letters, digits, '_' or '-'"
-            )
+        tool_name = _check_function(func, name)
         derived = derive(func)
         spec = ToolSpec(
             name=tool_name,
@@ -161,8 +140,29 @@ def tool(
     return decorate if fn is None else decorate(fn)
 
 
+def _check_function(func: Any, name: str | None) -> str:
+    """The tool's name, once the function is one the executor can call."""
+    if not callable(func):
+        raise TypeError(f"@tool expects a function, got {func!r}")
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        # The executor calls tools synchronously: the body would never run and the
+        # coroutine object would be recorded as the step's result.
+        kind = "an async generator" if inspect.isasyncgenfunction(func) else "async"
+        raise TypeError(
+            f"@tool {func.__module__}.{func.__qualname__}: the function is {kind}; tools "
+            "are called synchronously, so declare it with plain 'def'"
+        )
+    tool_name = func.__name__ if name is None else name
+    if not _NAME.match(tool_name):
+        raise TypeError(
+            f"@tool {func.__module__}.{func.__qualname__}: name {tool_name!r} must be 1-64 "
+            "letters, digits, '_' or '-'"
+        )
+    return tool_name
+
+
 def _check_options(
-    destructive: Any, timeout_s: Any, name: Any, retryable: Any
+    destructive: Any, timeout_s: Any, name: Any, retryable: Any, pure: Any, reconcile: Any
 ) -> tuple[type[BaseException], ...]:
     if not isinstance(destructive, bool):
         raise TypeError(f"@tool(destructive=...) must be a bool, got {destructive!r}")
@@ -180,6 +180,12 @@ def _check_options(
     for exc_type in retry_on:
         if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
             raise TypeError(f"@tool(retryable=...) must hold exception types, got {exc_type!r}")
+    if not isinstance(pure, bool):
+        raise TypeError(f"@tool(pure=...) must be a bool, got {pure!r}")
+    if pure and destructive:
+        raise TypeError("@tool(pure=True) cannot be destructive: an effect is not a pure function")
+    if reconcile is not None and not (callable(reconcile) and destructive):
+        raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
     return retry_on
 
 
