@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from plans.api.models import ApiToken
@@ -124,3 +125,13 @@ def scoped_user(user: User, roles: Iterable[str]) -> User:
     user.has_perm = types.MethodType(has_perm, user)  # type: ignore[method-assign]
     user.api_roles = frozenset(roles)  # type: ignore[attr-defined]
     return user
+
+
+def tokens_of(user: User) -> QuerySet[ApiToken]:
+    """The user's tokens, newest first."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at")
+
+
+def token_of(user: User, token_id: int) -> ApiToken | None:
+    """The user's token of that id (another's is not found)."""
+    return ApiToken.objects.filter(pk=token_id, user=user).first()
