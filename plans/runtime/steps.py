@@ -55,7 +55,7 @@ from plans.services.plans import (
 )
 from plans.services.questions import question_expired_error
 from plans.tools import ToolError, ToolSpec
-from plans.tools.builtin import ASK_HUMAN
+from plans.tools.human import ASK_HUMAN
 
 if TYPE_CHECKING:
     from plans.runtime.advance import RunAdvancer

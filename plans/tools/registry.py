@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
+# Core tools the executor itself relies on (ask_human): registered whatever the settings say.
+CORE_MODULE = "plans.tools.human"
 
 # Tool names must be usable as model API tool names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -205,13 +207,13 @@ def _duplicate_message(name: str, first: ToolSpec, second: ToolSpec) -> str:
 
 
 def tool_modules() -> list[str]:
-    """The modules whose tools form the registry: the built-ins, then the configured ones."""
+    """The modules whose tools form the registry: the core and built-ins, then the configured."""
     configured = getattr(settings, "AGENTSITE_TOOL_MODULES", [])
     if isinstance(configured, str) or not all(isinstance(m, str) for m in configured):
         raise ImproperlyConfigured(
             f"AGENTSITE_TOOL_MODULES must be a list of module names, got {configured!r}"
         )
-    return list(dict.fromkeys([BUILTIN_MODULE, *configured]))
+    return list(dict.fromkeys([CORE_MODULE, BUILTIN_MODULE, *configured]))
 
 
 class ToolSource(Protocol):
