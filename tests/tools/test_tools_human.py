@@ -1,4 +1,4 @@
-"""ask_human is a core tool: declared apart from the demo shop, registered whatever is configured."""
+"""ask_human is a core tool: apart from the demo shop, registered whatever is configured."""
 
 import pytest
 
