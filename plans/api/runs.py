@@ -118,13 +118,15 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
         201: RunOut,
         401: ErrorOut,
         403: ErrorOut,
+        413: ErrorOut,
         422: ErrorOut,
         429: ErrorOut,
     },
     summary="Hand the agent a goal (optionally with a plan)",
     description="201 with the new run, already handed to a worker. With an Idempotency-Key "
     "header a retry returns the first run (200); the same key with another body is a 422. "
-    "An invalid plan is a 422 listing every problem, and nothing is created.",
+    "An invalid plan is a 422 listing every problem, and nothing is created. A body over "
+    "AGENTSITE_MAX_BODY_BYTES (1 MiB by default) is a 413 body_too_large.",
 )
 def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     user: User = request.user  # type: ignore[assignment]
