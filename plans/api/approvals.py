@@ -25,6 +25,7 @@ DECISION_ERRORS: dict[int, type[ErrorOut]] = {
     403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
+    413: ErrorOut,
     422: ErrorOut,
 }
 # What a refused decision's message is about, when the input (not the moment) is at fault.
