@@ -232,6 +232,11 @@ def shown_text(text: str) -> str:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Characters that change how the text around them looks without showing themselves: format
+# characters (bidi overrides such as U+202E, zero-width ones), line/paragraph separators and
+# the C1 controls (U+0080-U+009F: U+009B is a terminal's one-byte CSI); JSON escapes the ASCII
+# control characters itself.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cc"})
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -240,9 +245,7 @@ def _shown(match: re.Match[str]) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _shown_char(char: str) -> str:
-    # JSON escapes the ASCII control characters itself; the non-ASCII hidden ones (bidi
-    # controls, zero-width, C1 controls such as U+009B, a terminal's one-byte CSI) are ours.
-    if not hidden_char(char):
+    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
         return char
     return json.dumps(char)[1:-1]  # "\u202e"; a surrogate pair beyond the BMP
 
