@@ -93,11 +93,24 @@ class ModelError(Exception):
 
 
 def catalog_text(catalog: list[dict]) -> str:
-    """The tool catalog as the prompt shows it; byte-stable for a given catalog so it caches."""
+    """The tool catalog as the prompt shows it; byte-stable for a given catalog so it caches.
+
+    An MCP server's tools (those with a "server") follow in one delimited block per server:
+    their names, descriptions and schemas are the server's text, data like a tool's result.
+    """
     # Sorted by name and keys so registration order cannot change the prefix and spoil the cache.
     tools = sorted(catalog, key=lambda tool: str(tool.get("name", "")))
-    lines = ",\n".join(json.dumps(tool, ensure_ascii=False, sort_keys=True) for tool in tools)
-    return f"Tool catalog (JSON, one tool per line):\n[\n{lines}\n]"
+    own = [tool for tool in tools if not tool.get("server")]
+    lines = ",\n".join(json.dumps(tool, ensure_ascii=False, sort_keys=True) for tool in own)
+    text = f"Tool catalog (JSON, one tool per line):\n[\n{lines}\n]"
+    servers = sorted({str(tool["server"]) for tool in tools if tool.get("server")})
+    if servers:
+        from plans.llm.prompts import server_tools_text  # prompts imports this module
+
+        text += "\n\n" + server_tools_text(
+            {server: [tool for tool in tools if tool.get("server") == server] for server in servers}
+        )
+    return text
 
 
 @dataclass(frozen=True)
