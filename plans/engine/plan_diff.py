@@ -35,6 +35,8 @@ class StepChange:
     old_args: Any = None
     new_args: Any = None
     reused_from: str = ""
+    destructive: bool = False  # the new version's step, as effect_note reads it
+    repeat: bool = False
 
     @property
     def tool_changed(self) -> bool:
@@ -92,7 +94,12 @@ def plan_diff(
                 new_tool=after.tool if after else None,
                 old_args=before.args if before else None,
                 new_args=after.args if after else None,
-                reused_from=reused_from.get(step_id, "") if after else "",
+                # From the events, else from the step itself once it ran.
+                reused_from=(reused_from.get(step_id) or getattr(after, "reused_from", ""))
+                if after
+                else "",
+                destructive=bool(getattr(after, "destructive", False)),
+                repeat=bool(getattr(after, "repeat", False)),
             )
         )
     return changes

@@ -88,9 +88,11 @@ class OfflineModel:
             # A repair request gets the same plan: the demo plans are valid as they stand.
             changes = request.metadata.get("change_requests") or []
             instructions = " ".join(str(c.get("instructions", "")) for c in changes)
+            done = list(request.metadata.get("effects_done") or [])
+            if any(effect.get("tool") == "issue_refund" for effect in done):
+                instructions = ""  # the refund was made: no other amount can be asked now
             plan = plan_for_goal(goal, instructions=instructions) if instructions else None
             plan = plan or plan_for_goal(goal)
-            done = list(request.metadata.get("effects_done") or [])
             return json.dumps(keeping_effects(plan, done) if done else plan, ensure_ascii=False)
         if request.purpose == "answer":
             done = [

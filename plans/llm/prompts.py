@@ -18,6 +18,7 @@ DELIMITER_TAGS = (
     "goal",
     "tool_result",
     "tool_args",
+    "effect_done",
     "problems",
     "plan",
     "answer",

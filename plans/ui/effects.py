@@ -36,6 +36,19 @@ def effect_line(tool: str, args: Any) -> str:
     return f"{tool}: {' · '.join(parts)}" if parts else tool
 
 
+def effect_note(step: Any) -> str:
+    """ "done in v1 (step 2), not repeated" for a destructive step an earlier plan version's
+    identical call settled, "runs again" for one the plan marked a repeat, else ""."""
+    origin = str(getattr(step, "reused_from", "") or "")
+    if getattr(step, "destructive", False) and origin:
+        version, _, step_id = origin.removeprefix("plan ").partition(" step ")
+        where = f"{version} (step {step_id})" if step_id else version
+        return f"done in {where}, not repeated"
+    if getattr(step, "repeat", False):
+        return "runs again"
+    return ""
+
+
 def _where_and_when(args: Mapping[str, Any]) -> list[str]:
     """Route, place and day of a booking-like call: "Delhi → Goa", "in Goa", "on 2026-12-20"."""
     text = {key: value for key, value in args.items() if isinstance(value, str)}
