@@ -95,7 +95,7 @@ def plan_diff(
                 old_args=before.args if before else None,
                 new_args=after.args if after else None,
                 # From the events, else from the step itself once it ran.
-                reused_from=(reused_from.get(step_id) or getattr(after, "reused_from", ""))
+                reused_from=str(reused_from.get(step_id) or getattr(after, "reused_from", ""))
                 if after
                 else "",
                 destructive=bool(getattr(after, "destructive", False)),
