@@ -150,8 +150,10 @@ def test_the_reviewer_sees_the_refund_done_in_v1_and_is_asked_only_for_the_email
 
 
 def test_request_changes_after_the_refund_reuse_it_and_keep_the_declined_email_declined(
-    author, reviewer
+    author, reviewer, client
 ):
+    from django.urls import reverse
+
     from plans.models import Plan as PlanRow
     from plans.services.changes import changes_request
     from plans.services.plans import plan_decide
@@ -163,6 +165,10 @@ def test_request_changes_after_the_refund_reuse_it_and_keep_the_declined_email_d
     # The offline replanner reads "500" as the refund's amount: a refund already happened, so
     # it keeps the refund as it was made rather than refunding again.
     changes_request(approvals=[email], reviewer=reviewer, instructions="refund 500, not 2499")
+    # The reviewer of plan v2 sees, before anything runs, that the refund is not made again.
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
+    assert "done in v1 (step 2), not repeated if its inputs come out the same" in page
     plan_decide(plan=PlanRow.objects.get(run=run, version=2), reviewer=reviewer, approve=True)
 
     run.refresh_from_db()

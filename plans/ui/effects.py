@@ -41,12 +41,19 @@ def effect_note(step: Any) -> str:
     identical call settled, "runs again" for one the plan marked a repeat, else ""."""
     origin = str(getattr(step, "reused_from", "") or "")
     if getattr(step, "destructive", False) and origin:
-        version, _, step_id = origin.removeprefix("plan ").partition(" step ")
-        where = f"{version} (step {step_id})" if step_id else version
-        return f"done in {where}, not repeated"
+        return f"done in {_where(origin)}, not repeated"
+    expected = str(getattr(step, "done_before", "") or "")
+    if expected:  # a plan diff's step not run yet
+        return f"done in {_where(expected)}, not repeated if its inputs come out the same"
     if getattr(step, "repeat", False):
         return "runs again"
     return ""
+
+
+def _where(origin: str) -> str:
+    """ "plan v1 step 2" -> "v1 (step 2)"."""
+    version, _, step_id = origin.removeprefix("plan ").partition(" step ")
+    return f"{version} (step {step_id})" if step_id else version
 
 
 def _where_and_when(args: Mapping[str, Any]) -> list[str]:
