@@ -264,3 +264,23 @@ def test_the_offline_replanner_keeps_effects_as_they_were_made_and_never_marks_a
     same = plan_for_goal(REFUND_GOAL)
     assert keeping_effects(same, done) == same  # "{{1}}" resolves as it did: left as it is
     assert all("repeat" not in s for s in kept["steps"])
+
+
+def test_an_edited_call_is_another_call_and_does_not_take_the_earlier_versions_key(
+    author, reviewer, email_fails
+):
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
+    approval_decide(
+        approval=Approval.objects.get(run=run, tool="send_email"), reviewer=reviewer, approve=True
+    )
+    waiting = Approval.objects.get(run=run, decision="pending")
+    edited = {**waiting.requested_args, "to": "billing@example.com"}
+    approval_decide(approval=waiting, reviewer=reviewer, approve=True, edited_args=edited)
+
+    v1, v2 = steps_of(run, 1), steps_of(run, 2)
+    assert v2[3].resolved_args["to"] == "billing@example.com"
+    assert v2[3].idempotency_key and v2[3].idempotency_key != v1[3].idempotency_key
+    keys = set(ToolCall.objects.filter(step=v2[3]).values_list("idempotency_key", flat=True))
+    assert keys == {v2[3].idempotency_key}

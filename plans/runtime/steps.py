@@ -220,7 +220,12 @@ class StepsExecution:
             if has_destructive and plan_row.version > 1
             else []
         )
-        self.held_keys = {s.idempotency_key for s in steps.values() if s.idempotency_key}
+        self.held_keys = (
+            {s.idempotency_key for s in steps.values() if s.idempotency_key}
+            if self.past_effects
+            else set()
+        )
+        self.carried: set[int] = set()  # steps holding an earlier version's key, not yet called
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
@@ -417,6 +422,11 @@ class StepsExecution:
             if gate.call_args != args:  # the reviewer edited them
                 args = gate.call_args
                 self.call_hashes[step_id] = args_sha256(step.tool, args)
+                if step_id in self.carried:
+                    # Another call than the earlier version's: it gets a key of its own.
+                    self.carried.discard(step_id)
+                    self.held_keys.discard(step.idempotency_key)
+                    step.idempotency_key = ""
         if not circuit_admits(step.tool):
             self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
             return
@@ -439,6 +449,8 @@ class StepsExecution:
             step.idempotency_key = past.key  # before any approval or call, as _submit would
             self.held_keys.add(past.key)
             self.recorder.step_changed(step, "idempotency_key")
+        if step.attempts == 0:
+            self.carried.add(step.step_id)
         if past.state == EFFECT_DONE:
             # Done in an earlier version: its result stands, no approval is asked again.
             self._finish_step(step, Outcome.SUCCEEDED, result=past.result, reused_from=past.origin)
@@ -531,7 +543,8 @@ class StepsExecution:
         A destructive call identical to one another step of this run already made was approved
         again for this step, so it gets a key of its own. A destructive step keeps the key it was
         first given (stored before the call), whatever order steps launch in after a crash, and
-        another run's identical call has another key: it was approved on its own.
+        another run's identical call has another key: it was approved on its own. A step that
+        continues an earlier plan version's identical call holds that call's key already.
         """
         call_hash = self.call_hashes[step.step_id]
         if not spec.destructive:
