@@ -28,3 +28,43 @@ def keyed_refund(order_id: str, amount_inr: int, idempotency_key: str) -> dict[s
             refunds += 1
             keys[idempotency_key] = {"refund": refunds, "order_id": order_id}
         return keys[idempotency_key]
+
+
+# Calls that act and then never answer: their outcome stays unknown to the executor.
+never_answer = threading.Event()
+charges: dict[str, str] = {}  # key -> what the charge made
+# Whether the charge provider's records show the charges yet (reconcile reads them).
+records_show_charges = threading.Event()
+
+
+def reset_charges() -> None:
+    with _lock:
+        charges.clear()
+    records_show_charges.clear()
+    never_answer.clear()
+
+
+def _charge(label: str, key: str) -> str:
+    with _lock:
+        charges.setdefault(key, f"charged {label} once")
+    never_answer.wait(10)  # set when the test ends
+    return charges[key]
+
+
+@tool(destructive=True, timeout_s=0.1)
+def unanswered_charge(label: str, idempotency_key: str) -> str:
+    """Charges, then never answers in time."""
+    return _charge(label, idempotency_key)
+
+
+def _charge_known(idempotency_key: str) -> str | None:
+    if not records_show_charges.is_set():
+        return None
+    with _lock:
+        return charges.get(idempotency_key)
+
+
+@tool(destructive=True, timeout_s=0.1, reconcile=_charge_known)
+def reconciled_charge(label: str, idempotency_key: str) -> str:
+    """Charges, then never answers in time; its records tell, once they show the charge."""
+    return _charge(label, idempotency_key)

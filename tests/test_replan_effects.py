@@ -284,3 +284,49 @@ def test_an_edited_call_is_another_call_and_does_not_take_the_earlier_versions_k
     assert v2[3].idempotency_key and v2[3].idempotency_key != v1[3].idempotency_key
     keys = set(ToolCall.objects.filter(step=v2[3]).values_list("idempotency_key", flat=True))
     assert keys == {v2[3].idempotency_key}
+
+
+@pytest.fixture
+def unanswered(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.replan_tools"]
+    settings.AGENTSITE_TOOL_OUTCOME_WAIT_S = 0.05
+    settings.AGENTSITE_MAX_REPLANS = 1
+    replan_tools.reset_charges()
+    yield
+    replan_tools.never_answer.set()
+
+
+def charging_planner(tool):
+    class Planner(OfflineModel):
+        def _reply(self, request):
+            if request.purpose == "replan":
+                replan_tools.records_show_charges.set()  # by now the provider's records tell
+            if request.purpose in ("plan", "replan"):
+                charge = {"id": 1, "tool": tool, "args": {"label": "a"}, "depends_on": []}
+                return json.dumps({"steps": [charge]})
+            return super()._reply(request)
+
+    return Planner
+
+
+@pytest.mark.parametrize("tool", ["unanswered_charge", "reconciled_charge"])
+def test_a_call_whose_outcome_is_unknown_is_not_made_again_by_the_replan(
+    author, reviewer, unanswered, monkeypatch, tool
+):
+    monkeypatch.setattr(execution, "get_model", charging_planner(tool))
+    run = run_create(author=author, goal_text="Charge once")
+    advance_run(run.pk)
+    run = approve_everything(run, reviewer)
+
+    v1, v2 = steps_of(run, 1), steps_of(run, 2)
+    assert "outcome unknown" in v1[1].error
+    assert len(replan_tools.charges) == 1
+    assert ToolCall.objects.filter(run=run).count() == 1  # v1's call only
+    assert v2[1].idempotency_key == v1[1].idempotency_key
+    assert Approval.objects.filter(run=run).count() == 1
+    if tool == "reconciled_charge":  # its records now show the charge: that is the result
+        assert v2[1].status == "succeeded" and v2[1].result == "charged a once"
+        assert v2[1].reused_from == "plan v1 step 1"
+    else:
+        assert v2[1].status == "failed"
+        assert "outcome unknown" in v2[1].error and "not made again" in v2[1].error
