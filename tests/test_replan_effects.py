@@ -330,3 +330,18 @@ def test_a_call_whose_outcome_is_unknown_is_not_made_again_by_the_replan(
     else:
         assert v2[1].status == "failed"
         assert "outcome unknown" in v2[1].error and "not made again" in v2[1].error
+
+
+def test_the_offline_answer_never_says_an_effect_of_unknown_outcome_did_not_happen():
+    from plans.llm.offline import answer_for
+
+    refund = {
+        "id": 2,
+        "tool": "issue_refund",
+        "args": {"order_id": "A-1001", "amount_inr": 2499},
+        "status": "failed",
+        "error": "timed out after 30s; outcome unknown: no answer 300s later either",
+    }
+    answer = answer_for(REFUND_GOAL, [refund])
+    assert "not issued" not in answer
+    assert "Whether step 2 (issue_refund) acted is not known." in answer

@@ -607,7 +607,7 @@ def _trip_answer(outcomes: list[Mapping[str, Any]]) -> str:
             sentences.append(f"The {what} is booked (reference {reference}{earlier}).")
         booking = _first(outcomes, tool)
         if booking is not None and not booked:
-            sentences.append(f"The {what} was not booked.")
+            sentences.append(_not_done(booking, f"The {what} was not booked."))
     return " ".join(sentences)
 
 
@@ -626,10 +626,17 @@ def _refund_answer(outcomes: list[Mapping[str, Any]]) -> str:
         )
     refund = _first(outcomes, "issue_refund")
     if refund is not None and not refunds:
-        sentences.append("The refund was not issued.")
+        sentences.append(_not_done(refund, "The refund was not issued."))
     for outcome in _succeeded(outcomes, "send_email"):
         sentences.append(f"The customer was emailed at {_args(outcome).get('to')}.")
     return " ".join(sentences)
+
+
+def _not_done(outcome: Mapping[str, Any], sentence: str) -> str:
+    """The sentence, unless the call may have acted all the same (its outcome is unknown)."""
+    if "outcome unknown" in str(outcome.get("error") or ""):
+        return f"Whether step {outcome.get('id')} ({outcome.get('tool')}) acted is not known."
+    return sentence
 
 
 def _done_earlier(outcome: Mapping[str, Any]) -> str:
