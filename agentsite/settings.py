@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so it sees every response: an API client gets JSON errors, never a debug page.
+    "plans.api.middleware.ApiErrorsAsJson",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -346,6 +348,11 @@ AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72
 # Runs created through the API, per token (or per signed-in user) per minute, with a burst.
 AGENTSITE_API_RUNS_PER_MINUTE = float(os.environ.get("AGENTSITE_API_RUNS_PER_MINUTE", "30"))
 AGENTSITE_API_RUNS_BURST = int(os.environ.get("AGENTSITE_API_RUNS_BURST", "10"))
+# A request body over this many bytes is refused (the API answers 413 body_too_large).
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("AGENTSITE_MAX_BODY_BYTES", str(1024 * 1024)))
+# How often an open event stream (SSE) or websocket re-reads the token or session it was opened
+# with, and ends once that no longer holds (revoked, expired, signed out).
+AGENTSITE_STREAM_RECHECK_S = float(os.environ.get("AGENTSITE_STREAM_RECHECK_S", "5"))
 # Where links in emails and webhooks point (the address people reach the dashboard at).
 AGENTSITE_BASE_URL = os.environ.get("AGENTSITE_BASE_URL", "http://127.0.0.1:8000")
 AGENTSITE_NOTIFICATIONS = env_bool("AGENTSITE_NOTIFICATIONS", True)

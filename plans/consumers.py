@@ -10,22 +10,20 @@ import asyncio
 import json
 import logging
 import time
-from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
 from django.template.loader import render_to_string
-from django.utils.crypto import constant_time_compare
 
 from plans.engine.text import MAX_ID, whole_number
 from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
 from plans.roles import may_decide
 from plans.selectors.approvals import pending_approvals_count
 from plans.selectors.runs import run_events_after, run_visible_get
+from plans.sessions import session_signs_in
 from plans.ui.run_page import (
     answer_delta_fragment,
     graph_fragment,
@@ -38,9 +36,9 @@ logger = logging.getLogger(__name__)
 # Close codes the htmx ws extension does not retry (it reconnects only on 1006/1011-1013).
 NOT_SIGNED_IN = 4401
 FORBIDDEN = 4403
-# How long a socket trusts its session before a send re-reads it (an expiry or a deleted
-# session announces nothing): a bound on the lag, without a read per push.
-SESSION_RECHECK_S = 5.0
+# An idle socket's session watch never re-reads its session more often than this, whatever
+# AGENTSITE_STREAM_RECHECK_S says (0 there means: re-read before every push).
+SESSION_WATCH_MIN_S = 0.1
 # A socket redraws its run's graph at most this often (the first change is drawn at once).
 GRAPH_REDRAW_S = 0.25
 
@@ -50,21 +48,34 @@ class SessionBound(AsyncWebsocketConsumer):
 
     A logout is announced to the user's group and closes it at once, and a saved user (a new
     password, a deactivation) makes it re-read its session; anything else that ends the session
-    (expiry, deletion) is found by re-reading it before sending, at most every few seconds.
+    (expiry, deletion) announces nothing, so the session is re-read every
+    AGENTSITE_STREAM_RECHECK_S, and before a send once that long has passed since the last read.
     """
 
     user_group = ""
     session_checked_at = 0.0
     signed_out = False
+    session_watch: asyncio.Task[None] | None = None
 
     async def follow_session(self, user: Any) -> None:
         self.session_checked_at = time.monotonic()  # the handshake has just verified it
         self.user_group = user_group(user.pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
+        self.session_watch = asyncio.ensure_future(self._watch_session())
 
     async def disconnect(self, code: int) -> None:
+        if self.session_watch is not None:
+            self.session_watch.cancel()
         if self.user_group:
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def _watch_session(self) -> None:
+        """Re-read the session now and then, so an idle socket ends with it too."""
+        while not self.signed_out:
+            every = max(SESSION_WATCH_MIN_S, settings.AGENTSITE_STREAM_RECHECK_S)
+            await asyncio.sleep(max(0.0, self.session_checked_at + every - time.monotonic()))
+            if not self.signed_out and time.monotonic() - self.session_checked_at >= every:
+                await self.verify_session()
 
     async def session_ended(self, message: dict[str, Any]) -> None:
         """type "session.ended": the user logged out, so this socket may not stay open."""
@@ -79,22 +90,25 @@ class SessionBound(AsyncWebsocketConsumer):
         """Whether the socket may send: its session, read at most every few seconds, still holds."""
         if self.signed_out:
             return False
-        if time.monotonic() - self.session_checked_at < SESSION_RECHECK_S:
+        if time.monotonic() - self.session_checked_at < settings.AGENTSITE_STREAM_RECHECK_S:
             return True
         return await self.verify_session()
 
     async def verify_session(self) -> bool:
         """Read the session again; close the socket, as a logout does, if it no longer holds."""
         session_key = self.scope["session"].session_key
-        if not await database_sync_to_async(session_signs_in)(session_key, self.scope["user"]):
+        # Off the shared sync thread: every socket does this every few seconds.
+        holds = database_sync_to_async(session_signs_in, thread_sensitive=False)
+        if not await holds(session_key, self.scope["user"]):
             await self.sign_out()
             return False
         self.session_checked_at = time.monotonic()
         return True
 
     async def sign_out(self) -> None:
-        self.signed_out = True
-        await self.close(code=NOT_SIGNED_IN)
+        if not self.signed_out:  # a logout and a re-read may both find the session gone
+            self.signed_out = True
+            await self.close(code=NOT_SIGNED_IN)
 
 
 class RunConsumer(SessionBound):
@@ -276,33 +290,6 @@ class PendingApprovalsConsumer(SessionBound):
                 "base.html#pending_badge", {"pending_approvals": count, "oob": True}
             )
         )
-
-
-def session_signs_in(session_key: str | None, user: Any) -> bool:
-    """Whether the stored session still signs this user in: the check auth.get_user makes.
-
-    Read-only, unlike get_user (it may flush the session or cycle its key): a socket cannot give
-    the browser the new session cookie either would need.
-    """
-    if not session_key:
-        return False
-    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    backend_path = session.get(BACKEND_SESSION_KEY)
-    if session.get(SESSION_KEY) != user._meta.pk.value_to_string(user) or (
-        backend_path not in settings.AUTHENTICATION_BACKENDS
-    ):
-        return False
-    current = load_backend(backend_path).get_user(user.pk)  # None once deactivated
-    session_hash = session.get(HASH_SESSION_KEY)
-    if current is None or not session_hash:
-        return False
-    return any(
-        constant_time_compare(session_hash, valid_hash)
-        for valid_hash in [
-            current.get_session_auth_hash(),
-            *current.get_session_auth_fallback_hash(),
-        ]
-    )
 
 
 def _may_see_run(user: Any, run_id: int) -> bool:

@@ -324,7 +324,14 @@ class Step(models.Model):
         blank=True,
         default="",
         db_default="",
-        help_text="Where its result came from when an identical pure call was reused, not rerun.",
+        help_text="Where its result came from when an identical pure call was reused, not rerun, "
+        "or where its effect already happened (an earlier plan version's identical call).",
+    )
+    repeat = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="The plan marked it a new effect: an earlier version's identical call is not "
+        "continued but made again, under a key of its own.",
     )
 
     class Meta:

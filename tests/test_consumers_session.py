@@ -1,10 +1,14 @@
 """Sockets end with their session, not only at a logout: a password changed elsewhere, too."""
 
+from datetime import timedelta
+
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from plans.llm.offline import PRICE_GOAL
 from plans.services.runs import run_create
@@ -89,11 +93,42 @@ async def test_saving_the_user_otherwise_leaves_their_sockets_open(run, client, 
     await socket.disconnect()
 
 
-async def test_a_deleted_session_stops_the_pushes(run, client, author, monkeypatch):
-    monkeypatch.setattr("plans.consumers.SESSION_RECHECK_S", 0)  # re-read before every push
+async def test_a_deleted_session_stops_the_pushes(run, client, author, settings):
+    settings.AGENTSITE_STREAM_RECHECK_S = 0  # re-read before every push
     socket, session = await run_socket(client, run, author)
 
     await database_sync_to_async(SessionStore(session).delete)()  # as clearsessions or an admin
     await append(run, "run_status")
+
+    assert await socket.receive_output(RECEIVE_S) == SIGNED_OUT
+
+
+@pytest.mark.parametrize("ending", ["deleted", "expired"])
+async def test_an_idle_socket_closes_once_its_session_ends(run, client, author, settings, ending):
+    settings.AGENTSITE_STREAM_RECHECK_S = 0.2
+    socket, session = await run_socket(client, run, author)
+    # Another session of the same user's, still valid: it must not keep this socket open.
+    await database_sync_to_async(session_of)(Client(), author)
+
+    if ending == "deleted":
+        await database_sync_to_async(SessionStore(session).delete)()
+    else:
+        await database_sync_to_async(Session.objects.filter(session_key=session).update)(
+            expire_date=timezone.now() - timedelta(seconds=1)
+        )
+
+    # Nothing is pushed: the socket re-reads its session on its own, and closes.
+    assert await socket.receive_output(RECEIVE_S) == SIGNED_OUT
+
+
+async def test_the_badge_socket_closes_once_its_session_expires(client, reviewer, settings):
+    settings.AGENTSITE_STREAM_RECHECK_S = 0.2
+    session = await database_sync_to_async(session_of)(client, reviewer)
+    socket = await open_socket("/ws/approvals/", session)
+    assert 'id="pending-count"' in await socket.receive_from(RECEIVE_S)
+
+    await database_sync_to_async(Session.objects.filter(session_key=session).update)(
+        expire_date=timezone.now() - timedelta(seconds=1)
+    )
 
     assert await socket.receive_output(RECEIVE_S) == SIGNED_OUT

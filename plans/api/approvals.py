@@ -22,6 +22,7 @@ DECISION_ERRORS: dict[int, type[ErrorOut]] = {
     403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
+    413: ErrorOut,
     422: ErrorOut,
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -10,7 +11,8 @@ from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
 from plans.api.errors import TokenInvalid
-from plans.api.tokens import token_user
+from plans.api.tokens import token_holds, token_user
+from plans.sessions import session_signs_in
 
 
 class TokenAuth(HttpBearer):
@@ -34,3 +36,32 @@ class SessionAuth(NinjaSessionAuth):
         if request.headers.get("Authorization"):
             return None  # a request bringing credentials of its own is never a session request
         return super()._get_key(request)
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a request authenticated with, to re-check while a response it opened streams."""
+
+    user: User
+    token_id: int | None
+    session_key: str | None
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> Credential:
+        user: User = request.user  # type: ignore[assignment]
+        token = getattr(request, "api_token", None)
+        if token is not None:
+            return cls(user=user, token_id=token.pk, session_key=None)
+        return cls(user=user, token_id=None, session_key=request.session.session_key)
+
+    def holds(self) -> bool:
+        """Read the token (or the session) again: False once revoked, expired or signed out."""
+        if self.token_id is not None:
+            return token_holds(self.token_id)
+        return session_signs_in(self.session_key, self.user)
+
+    def ended(self) -> tuple[str, str]:
+        """The error code and detail for a stream ended because the credential no longer holds."""
+        if self.token_id is not None:
+            return "token_invalid", "The bearer token is unknown, revoked or expired."
+        return "not_authenticated", "The session has ended: sign in again."

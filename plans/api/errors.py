@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from plans.services.refusals import Refused
+
+logger = logging.getLogger("django.request")
 
 
 class ErrorOut(Schema):
@@ -90,6 +95,11 @@ def error_response(
     return response
 
 
+def body_too_large_detail() -> str:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return f"The request body is over the limit of {limit} bytes (AGENTSITE_MAX_BODY_BYTES)."
+
+
 def install_error_handlers(api: NinjaAPI) -> None:
     """Map every exception the API raises (or Ninja raises for it) to the JSON error shape."""
 
@@ -145,6 +155,26 @@ def install_error_handlers(api: NinjaAPI) -> None:
             exc.status_code, "error"
         )
         return error_response(api, request, exc.status_code, code, str(exc))
+
+    @api.exception_handler(RequestDataTooBig)
+    def body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return error_response(api, request, 413, "body_too_large", body_too_large_detail())
+
+    @api.exception_handler(SuspiciousOperation)
+    def suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+        return error_response(api, request, 400, "bad_request", "The request is malformed.")
+
+    @api.exception_handler(Exception)
+    def server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # Ninja's default answers a text/plain traceback in debug: a client never sees one.
+        logger.error(
+            "Internal Server Error: %s",
+            request.path,
+            exc_info=exc,
+            extra={"status_code": 500, "request": request},
+        )
+        detail = "The server failed to answer this request; it has been logged."
+        return error_response(api, request, 500, "server_error", detail)
 
 
 def _problem_text(error: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import Query, Router, Status
 
+from plans.api.auth import Credential
 from plans.api.cursor import after_cursor, cursor_for
 from plans.api.errors import ApiError, ErrorOut, not_found
 from plans.api.models import IdempotencyKey
@@ -116,13 +117,15 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
         201: RunOut,
         401: ErrorOut,
         403: ErrorOut,
+        413: ErrorOut,
         422: ErrorOut,
         429: ErrorOut,
     },
     summary="Hand the agent a goal (optionally with a plan)",
     description="201 with the new run, already handed to a worker. With an Idempotency-Key "
     "header a retry returns the first run (200); the same key with another body is a 422. "
-    "An invalid plan is a 422 listing every problem, and nothing is created.",
+    "An invalid plan is a 422 listing every problem, and nothing is created. A body over "
+    "AGENTSITE_MAX_BODY_BYTES (1 MiB by default) is a 413 body_too_large.",
 )
 def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     user: User = request.user  # type: ignore[assignment]
@@ -282,7 +285,9 @@ def export_run(request: HttpRequest, run_id: int) -> HttpResponse:
     summary="The run's event log after a seq; text/event-stream follows it live",
     description="With 'Accept: text/event-stream' the response is a stream of server-sent "
     "events (id: seq, event: kind, data: the event as JSON) that ends after the run's last "
-    "event; Last-Event-ID resumes it.",
+    "event; Last-Event-ID resumes it. The stream re-reads its token (or session) before each "
+    "batch of events and every AGENTSITE_STREAM_RECHECK_S (5 s by default): once it is "
+    "revoked, expired or signed out, an 'error' event ({code, detail}) ends the stream.",
     openapi_extra={
         "responses": {
             200: {
@@ -303,7 +308,9 @@ def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
         resume = request.headers.get("Last-Event-ID", "")
         if resume.isascii() and resume.isdecimal() and len(resume) < 19:
             after = max(after, int(resume))
-        response = StreamingHttpResponse(_event_stream(run.pk, after), content_type=EVENT_STREAM)
+        response = StreamingHttpResponse(
+            _event_stream(run.pk, after, Credential.of(request)), content_type=EVENT_STREAM
+        )
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
@@ -322,14 +329,35 @@ def _events_after(run_id: int, after: int) -> tuple[list[dict[str, Any]], bool]:
     return events, run.is_terminal and seen >= run.last_seq
 
 
-async def _event_stream(run_id: int, after: int) -> AsyncIterator[str]:
-    """Server-sent events until the run has ended and its last event was sent."""
-    read = sync_to_async(_events_after, thread_sensitive=False)
+def _stream_read(
+    run_id: int, after: int, credential: Credential, *, recheck: bool
+) -> tuple[list[dict[str, Any]], bool, bool]:
+    """The events after a seq, whether the run has ended, and whether the credential holds.
+
+    The credential is read after the events, and whenever there are events to send: nothing
+    read after a revocation committed leaves (one lookup by key per batch).
+    """
+    events, finished = _events_after(run_id, after)
+    holds = credential.holds() if events or recheck else True
+    return events, finished, holds
+
+
+async def _event_stream(run_id: int, after: int, credential: Credential) -> AsyncIterator[str]:
+    """Server-sent events until the run has ended and its last event was sent, or until the
+    stream's token (or session) no longer holds: then an error event ends it."""
+    read = sync_to_async(_stream_read, thread_sensitive=False)
     loop = asyncio.get_running_loop()
-    quiet_since = loop.time()
+    quiet_since = checked_at = loop.time()
     yield "retry: 2000\n\n"
     while True:
-        events, finished = await read(run_id, after)
+        recheck = loop.time() - checked_at >= settings.AGENTSITE_STREAM_RECHECK_S
+        events, finished, holds = await read(run_id, after, credential, recheck=recheck)
+        if not holds:
+            code, detail = credential.ended()
+            yield f"event: error\ndata: {json.dumps({'code': code, 'detail': detail})}\n\n"
+            return
+        if events or recheck:
+            checked_at = loop.time()
         for event in events:
             after = event["seq"]
             data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)

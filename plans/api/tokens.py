@@ -110,6 +110,12 @@ def token_user(raw: str) -> tuple[ApiToken, User] | None:
     return token, scoped_user(token.user, token.roles)
 
 
+def token_holds(token_id: int) -> bool:
+    """Whether the token still authenticates (not revoked, not expired, its owner active)."""
+    token = ApiToken.objects.select_related("user").filter(pk=token_id).first()
+    return token is not None and token.is_usable and token.user.is_active
+
+
 def scoped_user(user: User, roles: Iterable[str]) -> User:
     """The user, holding only the rights of these roles that the user also holds."""
     allowed = {perm for role in roles for perm in ROLE_PERMISSIONS.get(role, [])}

@@ -17,8 +17,9 @@ Authenticate with a personal API token (`Authorization: Bearer <token>`, created
 /settings/tokens/) or, from the browser, with your session (unsafe methods then need the CSRF
 token). A token acts with its roles' rights, never more than its owner's.
 
-Errors are JSON: `{"code": "...", "detail": "..."}` with a stable code. A run you may not see is
-a 404, exactly like one that does not exist.
+Errors are JSON: `{"code": "...", "detail": "..."}` with a stable code, never a traceback. A run
+you may not see is a 404, exactly like one that does not exist. A request body over
+AGENTSITE_MAX_BODY_BYTES (1 MiB by default) is a 413 `body_too_large`.
 """
 
 api = NinjaAPI(

@@ -14,16 +14,24 @@ from plans.engine.graph import (
 from plans.engine.parsing import MAX_PLANNER_OUTPUT_CHARS, parse_planner_output
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanParseError, PlanStep, Problem
 from plans.engine.policies import (
+    EFFECT_DONE,
+    EFFECT_NOT_DONE,
+    EFFECT_UNKNOWN,
+    AttemptRecord,
     Budget,
+    PastEffect,
     args_match_sha256,
     args_sha256,
     backoff_delay,
     blocked_result,
     budget_problem,
     canonical_json,
+    effect_state,
     idempotency_key,
     json_numbers_as_values,
     legacy_args_sha256,
+    past_effect_for,
+    past_effects,
 )
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import (
@@ -39,12 +47,17 @@ from plans.engine.text import storable, unstorable_in
 from plans.engine.validation import ToolSignature, validate_plan
 
 __all__ = [
+    "EFFECT_DONE",
+    "EFFECT_NOT_DONE",
+    "EFFECT_UNKNOWN",
     "MAX_PLANNER_OUTPUT_CHARS",
     "MAX_STEP_ID",
     "PLACEHOLDER",
+    "AttemptRecord",
     "Budget",
     "MissingPath",
     "Outcome",
+    "PastEffect",
     "Placeholder",
     "Plan",
     "PlanInvalid",
@@ -65,6 +78,7 @@ __all__ = [
     "critical_path",
     "depths",
     "descendants",
+    "effect_state",
     "find_cycle",
     "find_cycles",
     "idempotency_key",
@@ -72,6 +86,8 @@ __all__ = [
     "json_type_name",
     "legacy_args_sha256",
     "parse_planner_output",
+    "past_effect_for",
+    "past_effects",
     "placeholder_refs",
     "placeholders",
     "resolve",

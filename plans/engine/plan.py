@@ -17,15 +17,20 @@ class PlanStep:
     tool: str
     args: dict[str, Any]
     depends_on: tuple[int, ...]
+    # A deliberately new effect: an identical call an earlier plan version made happens again.
+    repeat: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The step as the planner writes it."""
-        return {
+        data: dict[str, Any] = {
             "id": self.id,
             "tool": self.tool,
             "args": self.args,
             "depends_on": list(self.depends_on),
         }
+        if self.repeat:
+            data["repeat"] = True
+        return data
 
 
 @dataclass(frozen=True)

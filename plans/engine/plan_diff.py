@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 
@@ -35,6 +35,10 @@ class StepChange:
     old_args: Any = None
     new_args: Any = None
     reused_from: str = ""
+    destructive: bool = False  # the new version's step, as effect_note reads it
+    repeat: bool = False
+    # Not run yet, but the old version made this very call: it will be taken, not made again.
+    done_before: str = ""
 
     @property
     def tool_changed(self) -> bool:
@@ -68,8 +72,13 @@ def plan_diff(
     new_steps: Iterable[PlannedStep],
     *,
     reused_from: Mapping[int, str] | None = None,
+    old_version: int | None = None,
 ) -> list[StepChange]:
-    """Every step id of either version, in id order, with how the new version differs."""
+    """Every step id of either version, in id order, with how the new version differs.
+
+    Given the old version's number, an unchanged destructive step not yet run whose old call
+    succeeded, and whose inputs are all unchanged, says where it was done (done_before).
+    """
     old = {step.step_id: step for step in old_steps}
     new = {step.step_id: step for step in new_steps}
     reused_from = reused_from or {}
@@ -92,10 +101,49 @@ def plan_diff(
                 new_tool=after.tool if after else None,
                 old_args=before.args if before else None,
                 new_args=after.args if after else None,
-                reused_from=reused_from.get(step_id, "") if after else "",
+                # From the events, else from the step itself once it ran.
+                reused_from=str(reused_from.get(step_id) or getattr(after, "reused_from", ""))
+                if after
+                else "",
+                destructive=bool(getattr(after, "destructive", False)),
+                repeat=bool(getattr(after, "repeat", False)),
             )
         )
-    return changes
+    if old_version is None:
+        return changes
+    unchanged = {c.step_id for c in changes if c.change == UNCHANGED}
+    return [
+        replace(change, done_before=_done_before(old[change.step_id], old_version))
+        if change.step_id in unchanged and _carried(new, change.step_id, unchanged)
+        else change
+        for change in changes
+    ]
+
+
+def _carried(new: Mapping[int, PlannedStep], step_id: int, unchanged: set[int]) -> bool:
+    """An unchanged destructive step yet to run, not a repeat, fed only by unchanged steps."""
+    step = new[step_id]
+    if not getattr(step, "destructive", False) or getattr(step, "repeat", False):
+        return False
+    if getattr(step, "status", "pending") != "pending" or getattr(step, "reused_from", ""):
+        return False
+    seen: set[int] = set()
+    pending = list(getattr(step, "depends_on", None) or [])
+    while pending:
+        upstream = pending.pop()
+        if upstream in seen:
+            continue
+        seen.add(upstream)
+        if upstream not in unchanged:
+            return False
+        pending += list(getattr(new.get(upstream), "depends_on", None) or [])
+    return True
+
+
+def _done_before(old: PlannedStep, old_version: int) -> str:
+    if getattr(old, "status", "") != "succeeded":
+        return ""
+    return str(getattr(old, "reused_from", "") or f"plan v{old_version} step {old.step_id}")
 
 
 def reused_results(events: Iterable[RecordedEvent]) -> dict[int, dict[int, str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -64,6 +64,86 @@ def idempotency_key(tool: str, args: Mapping[str, Any], *, run_id: int, step: st
         {"run": run_id, "step": step, "call": args_sha256(tool, args)},
     )
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+# What became of a destructive call made under a key: it acted, it may have acted, or it did not.
+EFFECT_DONE = "done"
+EFFECT_UNKNOWN = "unknown"
+EFFECT_NOT_DONE = "not_done"
+_EFFECT_RANK = {EFFECT_NOT_DONE: 0, EFFECT_UNKNOWN: 1, EFFECT_DONE: 2}
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One recorded call of a destructive step: its error, and a late outcome if one came."""
+
+    error: str
+    timed_out: bool = False
+    late_arrived: bool = False
+    late_error: str = ""
+    late_result: Any = None
+
+
+def effect_state(
+    *, succeeded: bool, attempts: int, calls: Sequence[AttemptRecord]
+) -> tuple[str, Any] | None:
+    """(state, result) of a destructive step's effect; None if it was never called.
+
+    A call that timed out with no late answer, or an attempt started with no record of its end
+    (the worker died), may have acted: unknown. Only recorded refusals make "not done".
+    """
+    if succeeded:
+        return EFFECT_DONE, None
+    for call in calls:
+        if call.late_arrived and not call.late_error:
+            return EFFECT_DONE, call.late_result
+    if attempts == 0:
+        return None
+    if attempts > len(calls) or any(c.timed_out and not c.late_arrived for c in calls):
+        return EFFECT_UNKNOWN, None
+    return EFFECT_NOT_DONE, None
+
+
+@dataclass(frozen=True)
+class PastEffect:
+    """A destructive call of an earlier plan version, under its key: what became of it."""
+
+    call: str  # args_sha256 of the tool and its arguments
+    key: str
+    state: str  # EFFECT_DONE, EFFECT_UNKNOWN or EFFECT_NOT_DONE
+    result: Any
+    origin: str  # where it happened (or was last tried): "plan v1 step 2"
+    tool: str = ""
+    args: Any = None  # as called, for the prompts that list what happened
+
+
+def past_effects(records: Iterable[PastEffect]) -> list[PastEffect]:
+    """One entry per key, in order of its first use, records given in (version, step) order.
+
+    A later holder of the same key (a reuse, a reconcile, a retry in a later version) only
+    raises what is known: not done < unknown < done, and a done effect keeps where it happened.
+    """
+    by_key: dict[str, PastEffect] = {}
+    for record in records:
+        known = by_key.get(record.key)
+        if known is None:
+            by_key[record.key] = record
+        elif _EFFECT_RANK[record.state] > _EFFECT_RANK[known.state]:
+            by_key[record.key] = replace(record, call=known.call)
+    return list(by_key.values())
+
+
+def past_effect_for(
+    call: str, *, past: Sequence[PastEffect], held: Collection[str], repeat: bool
+) -> PastEffect | None:
+    """The earlier call a later version's identical destructive call continues, under its key.
+
+    Identical calls match in order: the n-th keeps the n-th key, skipping keys steps of this
+    version already hold. A step marked "repeat" is a new effect and continues none.
+    """
+    if repeat:
+        return None
+    return next((e for e in past if e.call == call and e.key not in held), None)
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float, rng: random.Random) -> float:

@@ -1,6 +1,7 @@
 """Checking planner output against the rules and the tool catalog, reporting every problem at once.
 
-Defaults: a step without "args" has {} and one without "depends_on" has []; other keys a
+Defaults: a step without "args" has {} and one without "depends_on" has []; "repeat" (a boolean,
+false unless given) marks a destructive call meant to happen again after a replan; other keys a
 planner adds (such as "description") are ignored. Ids are integers from 1 to MAX_STEP_ID:
 booleans and floats, even integral ones like 1.0, are refused rather than converted.
 A cycle reads "cycle: 1 -> 3 -> 2 -> 1": from its smallest id, each step depends on the next.
@@ -73,6 +74,7 @@ class _Draft:
     tool: str | None = None
     args: dict[str, Any] | None = None
     depends_on: list[int] = field(default_factory=list)
+    repeat: bool = False
     problems: list[Problem] = field(default_factory=list)
 
     def problem(self, message: str) -> Problem:
@@ -84,7 +86,9 @@ class _Draft:
     def to_step(self) -> PlanStep:
         """The validated step; only called once no problems were found."""
         assert self.step_id is not None and self.tool is not None and self.args is not None
-        return PlanStep(self.step_id, self.tool, self.args, tuple(self.depends_on))
+        return PlanStep(
+            self.step_id, self.tool, self.args, tuple(self.depends_on), repeat=self.repeat
+        )
 
 
 def _raw_steps(data: Any) -> list[Any]:
@@ -123,7 +127,25 @@ def _read_step(raw: Any, position: int, catalog: Mapping[str, ToolSignature]) ->
     _read_tool(draft, raw, catalog)
     _read_args(draft, raw, catalog)
     _read_depends_on(draft, raw)
+    _read_repeat(draft, raw, catalog)
     return draft
+
+
+def _read_repeat(draft: _Draft, raw: dict[str, Any], catalog: Mapping[str, ToolSignature]) -> None:
+    repeat = raw.get("repeat", False)
+    if not isinstance(repeat, bool):
+        draft.problems.append(
+            draft.problem(f"repeat must be true or false, got {json_type_name(repeat)}")
+        )
+        return
+    tool = catalog.get(draft.tool) if draft.tool is not None else None
+    if repeat and tool is not None and not tool.destructive:
+        # Only effects are matched across plan versions; elsewhere the marker would mean nothing.
+        draft.problems.append(
+            draft.problem(f"repeat applies to destructive tools only; {draft.tool} is not one")
+        )
+        return
+    draft.repeat = repeat
 
 
 def _read_id(draft: _Draft, raw: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import connections, router, transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from plans.models import ModelCall, RateBucket, Run
@@ -97,20 +97,37 @@ def _take_token(per_minute: float) -> float:
 
 
 def bucket_take(name: str, *, per_minute: float, burst: float) -> float:
-    """Take one token from the named bucket shared by every process: 0, or seconds until due."""
+    """Take one token from the named bucket shared by every process: 0, or seconds until due.
+
+    Holds under concurrency on SQLite and PostgreSQL: at most burst + rate x elapsed are taken.
+    """
     rate = per_minute / 60
     capacity = max(1.0, float(burst))
-    now = timezone.now()
     with transaction.atomic():
-        bucket, _ = RateBucket.objects.select_for_update().get_or_create(
-            name=name, defaults={"tokens": capacity, "refilled_at": now}
-        )
+        # A write first takes the lock at once on every database: the row's on PostgreSQL (as
+        # FOR UPDATE would), the database's write lock on SQLite (where select_for_update() does
+        # nothing). The clock is read only once it is held, so no request computes from a time
+        # older than the last one written.
+        if not _lock_bucket(name):
+            RateBucket.objects.get_or_create(
+                name=name, defaults={"tokens": capacity, "refilled_at": timezone.now()}
+            )
+            _lock_bucket(name)
+        bucket = RateBucket.objects.get(name=name)
+        now = timezone.now()
         tokens = min(capacity, bucket.tokens + _seconds(now, bucket.refilled_at) * rate)
-        if tokens >= 1:
-            RateBucket.objects.filter(pk=bucket.pk).update(tokens=tokens - 1, refilled_at=now)
-            return 0.0
-        RateBucket.objects.filter(pk=bucket.pk).update(tokens=tokens, refilled_at=now)
-        return (1 - tokens) / rate
+        # Never backwards: a clock behind the last writer's (another machine's) adds nothing.
+        refilled_at = max(now, bucket.refilled_at)
+        taken = tokens >= 1
+        RateBucket.objects.filter(pk=bucket.pk).update(
+            tokens=tokens - 1 if taken else tokens, refilled_at=refilled_at
+        )
+        return 0.0 if taken else (1 - tokens) / rate
+
+
+def _lock_bucket(name: str) -> bool:
+    """Lock the bucket's row until the transaction ends; False if it does not exist yet."""
+    return RateBucket.objects.filter(name=name).update(tokens=F("tokens")) > 0
 
 
 def _seconds(now: datetime, then: datetime) -> float:

@@ -88,10 +88,18 @@ class OfflineModel:
             # A repair request gets the same plan: the demo plans are valid as they stand.
             changes = request.metadata.get("change_requests") or []
             instructions = " ".join(str(c.get("instructions", "")) for c in changes)
+            done = list(request.metadata.get("effects_done") or [])
+            if any(effect.get("tool") == "issue_refund" for effect in done):
+                instructions = ""  # the refund was made: no other amount can be asked now
             plan = plan_for_goal(goal, instructions=instructions) if instructions else None
-            return json.dumps(plan or plan_for_goal(goal), ensure_ascii=False)
+            plan = plan or plan_for_goal(goal)
+            return json.dumps(keeping_effects(plan, done) if done else plan, ensure_ascii=False)
         if request.purpose == "answer":
-            return answer_for(goal, list(request.metadata.get("outcomes") or []))
+            done = [
+                {**effect, "id": None, "status": "succeeded", "reused_from": effect.get("origin")}
+                for effect in request.metadata.get("effects_done") or []
+            ]
+            return answer_for(goal, list(request.metadata.get("outcomes") or []) + done)
         if request.purpose == "judge":
             return judge_reply(
                 goal,
@@ -102,6 +110,26 @@ class OfflineModel:
             outcomes = list(request.metadata.get("outcomes") or [])
             return react_turn(goal, outcomes, final=bool(request.metadata.get("final")))
         raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
+
+
+def keeping_effects(plan: dict[str, Any], done: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan with no effect redone: a step of a tool that already acted, written with other
+    literal arguments (a reviewer's "refund 500" after 2499 was refunded), is given the
+    arguments the effect was made with, so the executor takes its result instead of acting.
+
+    Arguments with placeholders are left as they are: they resolve as they did before.
+    """
+    steps = [dict(step) for step in plan.get("steps", [])]
+    taken: set[int] = set()
+    for effect in done:
+        for index, step in enumerate(steps):
+            if index in taken or step.get("tool") != effect.get("tool") or step.get("repeat"):
+                continue
+            taken.add(index)
+            if "{{" not in json.dumps(step.get("args")) and step.get("args") != effect.get("args"):
+                step["args"] = effect.get("args")
+            break
+    return {**plan, "steps": steps}
 
 
 def goal_kind(goal: str) -> str | None:
@@ -572,13 +600,14 @@ def _trip_answer(outcomes: list[Mapping[str, Any]]) -> str:
     for outcome in _succeeded(outcomes, "calculator"):
         sentences.append(f"The trip totals {_inr(outcome.get('result'), grouped=True)}.")
     for tool, what in (("book_flight", "flight"), ("book_hotel", "hotel")):
-        for outcome in _succeeded(outcomes, tool):
-            sentences.append(
-                f"The {what} is booked (reference {_reference(outcome.get('result'))})."
-            )
+        booked = _succeeded(outcomes, tool)
+        for outcome in booked:
+            reference = _reference(outcome.get("result"))
+            earlier = _done_earlier(outcome).replace("issued", "booked")
+            sentences.append(f"The {what} is booked (reference {reference}{earlier}).")
         booking = _first(outcomes, tool)
-        if booking is not None and booking.get("status") != "succeeded":
-            sentences.append(f"The {what} was not booked.")
+        if booking is not None and not booked:
+            sentences.append(_not_done(booking, f"The {what} was not booked."))
     return " ".join(sentences)
 
 
@@ -588,18 +617,34 @@ def _refund_answer(outcomes: list[Mapping[str, Any]]) -> str:
         sentences.append(
             f"Order {_args(outcome).get('order_id')} totals {_inr(outcome.get('result'))}."
         )
-    for outcome in _succeeded(outcomes, "issue_refund"):
+    refunds = _succeeded(outcomes, "issue_refund")
+    for outcome in refunds:
         args = _args(outcome)
         sentences.append(
             f"Refunded {_inr(args.get('amount_inr'))} for order {args.get('order_id')} "
-            f"(reference {_reference(outcome.get('result'))})."
+            f"(reference {_reference(outcome.get('result'))}{_done_earlier(outcome)})."
         )
     refund = _first(outcomes, "issue_refund")
-    if refund is not None and refund.get("status") != "succeeded":
-        sentences.append("The refund was not issued.")
+    if refund is not None and not refunds:
+        sentences.append(_not_done(refund, "The refund was not issued."))
     for outcome in _succeeded(outcomes, "send_email"):
         sentences.append(f"The customer was emailed at {_args(outcome).get('to')}.")
     return " ".join(sentences)
+
+
+def _not_done(outcome: Mapping[str, Any], sentence: str) -> str:
+    """The sentence, unless the call may have acted all the same (its outcome is unknown)."""
+    if "outcome unknown" in str(outcome.get("error") or ""):
+        return f"Whether step {outcome.get('id')} ({outcome.get('tool')}) acted is not known."
+    return sentence
+
+
+def _done_earlier(outcome: Mapping[str, Any]) -> str:
+    """ "; issued in plan v1, not repeated" for an effect an earlier plan version made."""
+    origin = str(outcome.get("reused_from") or "")
+    if not origin.startswith("plan v"):
+        return ""
+    return f"; issued in {origin.rsplit(' step ', 1)[0]}, not repeated"
 
 
 def _research_answer(outcomes: list[Mapping[str, Any]]) -> str:

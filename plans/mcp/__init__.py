@@ -7,7 +7,7 @@ configured, so a site without MCP servers pays nothing for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -27,9 +27,9 @@ class McpToolSource:
 
         return mcp_tool_specs()
 
-    def refresh(self, name: str) -> None:
-        if not getattr(settings, "AGENTSITE_MCP_SERVERS", None) or "." not in name:
+    def refresh(self, names: Collection[str], *, since: float) -> None:
+        if not getattr(settings, "AGENTSITE_MCP_SERVERS", None):
             return
-        from plans.mcp.tools import refresh_server_of  # why: as in specs()
+        from plans.mcp.tools import refresh_servers_of  # why: as in specs()
 
-        refresh_server_of(name)
+        refresh_servers_of(names, since=since)

@@ -6,11 +6,15 @@ Each entry maps a short name to a stdio command or a streamable-HTTP URL::
      "wiki": {"url": "https://mcp.example/mcp", "headers": {"Authorization": "Bearer ..."},
               "tools": {"search": {"destructive": false, "timeout_s": 10}}}}
 
-"tools" overrides, per tool, the gating the server's annotations give and the time limit.
+"tools" sets, per tool or per glob pattern of tool names ("get_*"), the gating and the time
+limit. "trust_annotations" (false unless set) says whether the server's readOnlyHint and
+destructiveHint count: the MCP specification has clients treat annotations as untrusted unless
+they come from a trusted server, and only the operator can say which servers those are.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +24,21 @@ from django.core.exceptions import ImproperlyConfigured
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _SERVER_KEYS = frozenset(
-    {"command", "args", "env", "cwd", "url", "headers", "tools", "timeout_s", "startup_timeout_s"}
+    {
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "url",
+        "headers",
+        "tools",
+        "timeout_s",
+        "startup_timeout_s",
+        "trust_annotations",
+    }
 )
+# A "tools" key holding one of these is a glob pattern (fnmatch) over the server's tool names.
+_GLOB_CHARS = frozenset("*?[")
 _OVERRIDE_KEYS = frozenset({"destructive", "timeout_s"})
 
 
@@ -31,6 +48,13 @@ class ToolOverride:
 
     destructive: bool | None = None
     timeout_s: float | None = None
+    # The "tools" key that set destructive: the tool's own name or a pattern ("get_*").
+    destructive_from: str = ""
+
+
+def is_pattern(key: str) -> bool:
+    """Whether a "tools" key is a glob pattern rather than one tool's name."""
+    return not _GLOB_CHARS.isdisjoint(key)
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,7 @@ class ServerConfig:
     overrides: tuple[tuple[str, ToolOverride], ...] = field(default=())
     timeout_s: float | None = None  # for its tools' calls; else AGENTSITE_TOOL_TIMEOUT_S
     startup_timeout_s: float = 20.0
+    trust_annotations: bool = False
 
     @property
     def transport(self) -> str:
@@ -59,8 +84,45 @@ class ServerConfig:
         return " ".join((self.command, *self.args)) if self.command else self.url
 
     def override(self, tool: str) -> ToolOverride:
-        """The configured override for one of this server's tools (empty when none)."""
-        return dict(self.overrides).get(tool, ToolOverride())
+        """What the "tools" setting says about one tool (empty when nothing matches it).
+
+        Each field comes from the tool's own entry if it sets it, else from the most specific
+        matching pattern (the most characters that are not wildcards). Equally specific
+        patterns that disagree make the tool destructive: a doubt goes to the gate.
+        """
+
+        def rank(key: str) -> tuple[bool, int]:
+            return key != tool, -_specificity(key)
+
+        matching = sorted(
+            (
+                (key, entry)
+                for key, entry in self.overrides
+                if key == tool or (is_pattern(key) and fnmatch.fnmatchcase(tool, key))
+            ),
+            key=lambda item: (rank(item[0]), item[0]),
+        )
+        timeout_s = next((e.timeout_s for _, e in matching if e.timeout_s is not None), None)
+        deciding = [(key, e.destructive) for key, e in matching if e.destructive is not None]
+        if not deciding:
+            return ToolOverride(None, timeout_s)
+        best = rank(deciding[0][0])
+        tied = [(key, value) for key, value in deciding if rank(key) == best]
+        destructive = any(value for _, value in tied)
+        source = next(key for key, value in tied if value == destructive)
+        return ToolOverride(destructive, timeout_s, source)
+
+    def unmatched_overrides(self, tools: list[str]) -> list[str]:
+        """The "tools" keys that name or match none of these tools (a typo, a renamed tool)."""
+        return [
+            key
+            for key, _ in self.overrides
+            if not any(key == name or fnmatch.fnmatchcase(name, key) for name in tools)
+        ]
+
+
+def _specificity(key: str) -> int:
+    return sum(1 for char in key if char not in "*?")
 
 
 def configured_servers() -> dict[str, ServerConfig]:
@@ -113,12 +175,21 @@ def server_config(name: Any, entry: Any) -> ServerConfig:
         timeout_s=_seconds(entry.get("timeout_s"), f"{where}['timeout_s']"),
         startup_timeout_s=_seconds(entry.get("startup_timeout_s"), f"{where}['startup_timeout_s']")
         or 20.0,
+        trust_annotations=_flag(
+            entry.get("trust_annotations", False), f"{where}['trust_annotations']"
+        ),
     )
 
 
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise ImproperlyConfigured(f"{where} must be a string")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"{where} must be true or false, got {value!r}")
     return value
 
 
@@ -140,10 +211,12 @@ def _seconds(value: Any, where: str) -> float | None:
 
 def _overrides(value: Any, where: str) -> tuple[tuple[str, ToolOverride], ...]:
     if not isinstance(value, dict):
-        raise ImproperlyConfigured(f"{where}['tools'] must map tool names to overrides")
+        raise ImproperlyConfigured(f"{where}['tools'] must map tool names or patterns to overrides")
     overrides = []
     for tool, entry in value.items():
         at = f"{where}['tools'][{tool!r}]"
+        if not isinstance(tool, str) or not tool:
+            raise ImproperlyConfigured(f"{at}: a tool name or pattern must be a non-empty string")
         if not isinstance(entry, dict) or set(entry) - _OVERRIDE_KEYS:
             raise ImproperlyConfigured(
                 f"{at} must be an object with only {', '.join(sorted(_OVERRIDE_KEYS))}"

@@ -101,6 +101,9 @@ class ServerConnection:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self._lock = threading.Lock()  # serialises starts and restarts of this server only
+        # The tool-list read in flight, which every caller asking meanwhile waits for and shares.
+        self._listing: Future[None] | None = None
+        self._listing_lock = threading.Lock()
         self._client: Client | None = None
         self._stop: asyncio.Event | None = None
         self._owner: Future[None] | None = None
@@ -127,15 +130,34 @@ class ServerConnection:
         if start:
             self._ensure_started()
             if self._client is not None and time.monotonic() - self._listed_at > CATALOG_TTL_S:
-                self._relist()
+                self._relist_shared()
         return list(self._tools)
 
-    def refresh(self) -> list[types.Tool]:
-        """Read the tool list again now (a plan named a tool this server did not list)."""
-        self._ensure_started()
-        if self._client is not None:
-            self._relist()
+    def refresh(self, *, since: float | None = None) -> list[types.Tool]:
+        """Read the tool list again (a plan named a tool this server did not list), unless it
+        was read after ``since`` (a time.monotonic()); callers meanwhile share that one read."""
+        if since is None or self._listed_at < since:
+            self._relist_shared()
         return list(self._tools)
+
+    def _relist_shared(self) -> None:
+        # A 10k-step plan, or many plans validated at once, must not make the server list its
+        # tools once per name or per caller: one read is in flight at a time, and shared.
+        with self._listing_lock:
+            listing, leader = self._listing, self._listing is None
+            if listing is None:
+                listing = self._listing = Future()
+        if not leader:
+            logger.debug("MCP server %r: sharing the tool list being read", self.config.name)
+            listing.result()  # the leader's read is bounded by the server's startup time limit
+            return
+        try:
+            self._ensure_started()
+            self._relist()
+        finally:
+            with self._listing_lock:
+                self._listing = None
+            listing.set_result(None)
 
     # --- calls -----------------------------------------------------------------------------
 

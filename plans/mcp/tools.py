@@ -1,7 +1,9 @@
 """MCP servers' tools as registry tools named ``<server>.<tool>``, gated like our own.
 
-A tool is destructive unless its server marks it ``readOnlyHint: true`` (and not
-``destructiveHint: true``); the server's "tools" setting overrides that either way.
+A tool is destructive unless the operator's "tools" setting (its name or a pattern) says
+otherwise, or, for a server whose annotations are trusted, it is marked ``readOnlyHint: true``
+(and not ``destructiveHint: true``). An untrusted server's word about its tools counts for
+nothing: a tool it adds later is destructive like the rest.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import base64
 import json
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,7 +20,7 @@ import mcp_types as types
 from django.conf import settings
 
 from plans.engine.jsonschema_args import DEFAULT_DIALECT, schema_problem
-from plans.mcp.config import ServerConfig, configured_servers
+from plans.mcp.config import ServerConfig, configured_servers, is_pattern
 from plans.mcp.connection import ServerConnection, ServerState
 from plans.tools import ToolError, ToolSpec
 from plans.tools.schema import IDEMPOTENCY_PARAM
@@ -39,6 +42,7 @@ class ListedTool:
     name: str  # as the server names it
     spec: ToolSpec | None
     problem: str = ""
+    gated_by: str = ""  # where its gating comes from (see gating)
 
     @property
     def registry_name(self) -> str:
@@ -85,34 +89,39 @@ def mcp_tool_specs() -> dict[str, ToolSpec]:
     return specs
 
 
-def server_listings(*, start: bool = True, refresh: bool = False) -> list[ServerListing]:
+def server_listings(*, start: bool = True) -> list[ServerListing]:
     """Each configured server with its state and tools; ``start=False`` only reports."""
     listings = []
     for config in configured_servers().values():
         connection = connection_for(config)
-        raw_tools = connection.refresh() if refresh else connection.tools(start=start)
-        tools = [_listed(config, connection, tool) for tool in raw_tools]
+        tools = [_listed(config, connection, tool) for tool in connection.tools(start=start)]
         listings.append(ServerListing(config, connection.state, tools))
     return listings
 
 
-def refresh_server_of(tool_name: str) -> None:
-    """Re-list the tools of the server a ``<server>.<tool>`` name points at, if configured."""
-    server = tool_name.split(".", 1)[0]
-    config = configured_servers().get(server)
-    if config is not None and "." in tool_name:
-        connection_for(config).refresh()
+def refresh_servers_of(tool_names: Iterable[str], *, since: float) -> None:
+    """Re-list, once each, the configured servers these ``<server>.<tool>`` names point at,
+    unless a list was read after ``since`` (see ServerConnection.refresh)."""
+    servers = {name.split(".", 1)[0] for name in tool_names if "." in name}
+    configs = configured_servers()
+    for server in sorted(servers & configs.keys()):
+        connection_for(configs[server]).refresh(since=since)
 
 
-def is_destructive(tool: types.Tool, config: ServerConfig) -> bool:
-    """The gating rule: destructive unless read-only by the server's word or by configuration."""
-    override = config.override(tool.name).destructive
-    if override is not None:
-        return override
+def gating(tool: types.Tool, config: ServerConfig) -> tuple[bool, str]:
+    """Whether the tool is destructive, and what decided it, as the operator is shown it:
+    "override <name>", "pattern <glob>", "annotation trusted" or "untrusted default"."""
+    override = config.override(tool.name)
+    if override.destructive is not None:
+        kind = "pattern" if is_pattern(override.destructive_from) else "override"
+        return override.destructive, f"{kind} {override.destructive_from}"
+    if not config.trust_annotations:
+        return True, "untrusted default"
     hints = tool.annotations
     if hints is None or hints.read_only_hint is not True:
-        return True
-    return hints.destructive_hint is True  # a contradictory hint errs on the side of the gate
+        return True, "annotation trusted"
+    # A contradictory hint (read-only and destructive) errs on the side of the gate.
+    return hints.destructive_hint is True, "annotation trusted"
 
 
 def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool) -> ListedTool:
@@ -126,20 +135,22 @@ def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool
     override = config.override(tool.name)
     timeout_s = override.timeout_s or config.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
     call = _McpCall(connection, tool.name, timeout_s)
+    destructive, gated_by = gating(tool, config)
     properties = schema.get("properties")
     spec = ToolSpec(
         name=f"{config.name}.{tool.name}",
         fn=call,
         description=(tool.description or tool.title or "").strip(),
         schema=schema,
-        destructive=is_destructive(tool, config),
+        destructive=destructive,
         timeout_s=timeout_s,
         # A tool with an argument of that name gets it; the key then goes only in _meta.
         takes_idempotency_key=not (
             isinstance(properties, dict) and IDEMPOTENCY_PARAM in properties
         ),
+        server=config.name,
     )
-    return ListedTool(config.name, tool.name, spec)
+    return ListedTool(config.name, tool.name, spec, gated_by=gated_by)
 
 
 class _McpCall:

@@ -39,6 +39,7 @@ from plans.runtime.steps import StepsExecution, error_text
 from plans.runtime.worker import waiting
 from plans.selectors.plans import plan_current
 from plans.services.plans import (
+    effects_done,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,
@@ -291,6 +292,7 @@ class RunAdvancer:
             plan={"steps": [_step_json(s) for s in steps.values()]},
             outcomes=step_outcomes(steps),
             model=model_for("answer"),
+            effects_done=self._effects_not_carried(plan_row, steps),
         )
         run_id = self.run.pk
         completion = self.call_model(
@@ -315,6 +317,19 @@ class RunAdvancer:
         self.recorder.event("answer_finished", text=self.run.answer)
         self.check_answer(steps)
         return True
+
+    def _effects_not_carried(
+        self, plan_row: PlanRow, steps: dict[int, Step]
+    ) -> list[dict[str, Any]]:
+        """Effects of earlier versions no step of this one took over: the answer reports them."""
+        if plan_row.version == 1:
+            return []
+        carried = {s.reused_from for s in steps.values() if s.destructive and s.reused_from}
+        return [
+            effect
+            for effect in effects_done(self.run.pk, before_version=plan_row.version)
+            if effect["origin"] not in carried
+        ]
 
     def check_answer(self, steps: dict[int, Step]) -> None:
         """Mark the answer's citations valid or not and flag figures no step result holds."""
@@ -537,6 +552,8 @@ def step_outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:
             "status": s.status,
             "result": s.result,
             "error": s.error,
+            # An earlier version's call whose result was taken, not made again.
+            **({"reused_from": s.reused_from} if s.reused_from else {}),
         }
         for s in sorted(steps.values(), key=lambda s: s.step_id)
     ]

@@ -23,7 +23,10 @@ from django.db import connection
 from django.utils import timezone
 
 from plans.engine import (
+    EFFECT_DONE,
+    EFFECT_UNKNOWN,
     Outcome,
+    PastEffect,
     Scheduler,
     UnresolvedPlaceholder,
     args_sha256,
@@ -31,6 +34,7 @@ from plans.engine import (
     blocked_result,
     check_args,
     idempotency_key,
+    past_effect_for,
     resolve,
     storable,
     unstorable_in,
@@ -51,6 +55,7 @@ from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.runtime.worker import waiting, waiting_group
 from plans.services.plans import (
     declined_calls,
+    effects_taken,
     plan_to_engine,
 )
 from plans.services.questions import question_expired_error
@@ -209,6 +214,18 @@ class StepsExecution:
         # Destructive calls this run made or is making: call hash -> the step that holds it.
         self.destructive_keys = _destructive_keys(self.run.pk) if has_destructive else {}
         self.declined = declined_calls(self.run) if has_destructive else {}
+        # Earlier plan versions' destructive calls, continued under their keys, not repeated.
+        self.past_effects: list[PastEffect] = (
+            effects_taken(self.run.pk, before_version=plan_row.version)
+            if has_destructive and plan_row.version > 1
+            else []
+        )
+        self.held_keys = (
+            {s.idempotency_key for s in steps.values() if s.idempotency_key}
+            if self.past_effects
+            else set()
+        )
+        self.carried: set[int] = set()  # steps holding an earlier version's key, not yet called
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         self.round_left: dict[int, int] = {}
@@ -372,6 +389,8 @@ class StepsExecution:
             result, origin = self.reusable[call_hash]
             self._finish_step(step, Outcome.SUCCEEDED, result=result, reused_from=origin)
             return
+        if self.past_effects and spec.destructive and self._continue_past_effect(step, spec, args):
+            return
         approval = None
         if spec.destructive:
             gate = approval_gate(step=step, resolved_args=args)
@@ -403,10 +422,69 @@ class StepsExecution:
             if gate.call_args != args:  # the reviewer edited them
                 args = gate.call_args
                 self.call_hashes[step_id] = args_sha256(step.tool, args)
+                if step_id in self.carried:
+                    # Another call than the earlier version's: it gets a key of its own.
+                    self.carried.discard(step_id)
+                    self.held_keys.discard(step.idempotency_key)
+                    step.idempotency_key = ""
         if not circuit_admits(step.tool):
             self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
             return
         self._submit(step, spec, args, approval, pool)
+
+    def _continue_past_effect(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> bool:
+        """An earlier version made this very call: its key is kept, and if the effect happened
+        (or may have) it is not made again. True if the step ended here."""
+        past = next((e for e in self.past_effects if e.key == step.idempotency_key), None)
+        if past is None and not step.idempotency_key:
+            past = past_effect_for(
+                self.call_hashes[step.step_id],
+                past=self.past_effects,
+                held=self.held_keys,
+                repeat=step.repeat,
+            )
+        if past is None:
+            return False
+        if step.idempotency_key != past.key:
+            step.idempotency_key = past.key  # before any approval or call, as _submit would
+            self.held_keys.add(past.key)
+            self.recorder.step_changed(step, "idempotency_key")
+        if step.attempts == 0:
+            self.carried.add(step.step_id)
+        if past.state == EFFECT_DONE:
+            # Done in an earlier version: its result stands, no approval is asked again.
+            self._finish_step(step, Outcome.SUCCEEDED, result=past.result, reused_from=past.origin)
+            return True
+        if past.state != EFFECT_UNKNOWN:
+            return False  # it did not act: made again under the same key, on its own approval
+        outcome = self._reconcile_now(spec, past.key) if spec.reconcile is not None else None
+        if outcome is not None and not outcome.error and outcome.result is not None:
+            self.recorder.event("step_reconciled", step=step.step_id, tool=step.tool)
+            self._finish_step(
+                step, Outcome.SUCCEEDED, result=outcome.result, reused_from=past.origin
+            )
+            return True
+        error = (
+            f"outcome unknown: the identical call of {past.origin} may have acted, so it was not "
+            "made again (same idempotency key)"
+        )
+        self._finish_step(step, Outcome.FAILED, error=error)
+        return True
+
+    def _reconcile_now(self, spec: ToolSpec, key: str) -> ToolOutcome | None:
+        """Ask the reconcile hook about an earlier version's call, waiting up to the tool's limit.
+
+        Rare (a replan after an unknown outcome), so the loop waits here rather than tracking it.
+        """
+        answered: queue.SimpleQueue[Call] = queue.SimpleQueue()
+        self.pool.submit(reconcile_call, spec, key, reply=answered.put)
+        try:
+            outcome: ToolOutcome = answered.get(
+                timeout=spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            ).result()
+        except queue.Empty:
+            return None
+        return outcome
 
     def _submit(
         self,
@@ -465,7 +543,8 @@ class StepsExecution:
         A destructive call identical to one another step of this run already made was approved
         again for this step, so it gets a key of its own. A destructive step keeps the key it was
         first given (stored before the call), whatever order steps launch in after a crash, and
-        another run's identical call has another key: it was approved on its own.
+        another run's identical call has another key: it was approved on its own. A step that
+        continues an earlier plan version's identical call holds that call's key already.
         """
         call_hash = self.call_hashes[step.step_id]
         if not spec.destructive:

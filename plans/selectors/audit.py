@@ -179,7 +179,10 @@ def _compare_versions(records: RunRecords) -> None:
             old_version=base.plan.version,
             new_version=version.plan.version,
             changes=plan_diff(
-                base.steps, version.steps, reused_from=reused.get(version.plan.version)
+                base.steps,
+                version.steps,
+                reused_from=reused.get(version.plan.version),
+                old_version=base.plan.version,
             ),
         )
 
@@ -375,5 +378,7 @@ def plan_diff_from_parent(plan: Plan | None) -> PlanDiff | None:
     return PlanDiff(
         old_version=parent.version,
         new_version=plan.version,
-        changes=plan_diff(list(parent.steps.all()), list(plan.steps.all())),
+        changes=plan_diff(
+            list(parent.steps.all()), list(plan.steps.all()), old_version=parent.version
+        ),
     )

@@ -50,6 +50,7 @@ def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
                 tool=step.tool,
                 args=step.args,
                 depends_on=tuple(step.depends_on),
+                repeat=step.repeat,
             )
             for step in sorted(steps, key=lambda step: step.step_id)
         )
@@ -171,6 +172,7 @@ def plan_from_replanner(
         plan={"steps": [_step_json(step) for step in current.steps.all()]},
         outcomes=outcomes,
         change_requests=change_requests or [],
+        effects_done=effects_done(run.pk, before_version=current.version + 1),
     )
     completion = call_model(request)
     if completion is None:
@@ -211,8 +213,62 @@ def declined_calls(run: Run) -> dict[str, str]:
     }
 
 
+def effects_taken(run_id: int, *, before_version: int) -> list[engine.PastEffect]:
+    """The destructive calls plan versions before this one made, one per key, in order of use."""
+    steps = (
+        Step.objects.filter(plan__run_id=run_id, plan__version__lt=before_version, destructive=True)
+        .exclude(idempotency_key="")
+        .select_related("plan")
+        .prefetch_related("tool_calls")
+        .order_by("plan__version", "step_id")
+    )
+    records = []
+    for step in steps:
+        calls = [
+            engine.AttemptRecord(
+                error=call.error,
+                # A destructive call past its limit is awaited, and says so, not given up on.
+                timed_out="outcome unknown" in call.error,
+                late_arrived=call.late_arrived_at is not None,
+                late_error=call.late_error,
+                late_result=call.late_result,
+            )
+            for call in sorted(step.tool_calls.all(), key=lambda call: call.attempt)
+        ]
+        known = engine.effect_state(
+            succeeded=step.status == Step.Status.SUCCEEDED, attempts=step.attempts, calls=calls
+        )
+        if known is None:
+            continue
+        state, late_result = known
+        records.append(
+            engine.PastEffect(
+                call=engine.args_sha256(step.tool, step.resolved_args or step.args),
+                key=step.idempotency_key,
+                state=state,
+                result=step.result if step.status == Step.Status.SUCCEEDED else late_result,
+                origin=step.reused_from or f"plan v{step.plan.version} step {step.step_id}",
+                tool=step.tool,
+                args=step.resolved_args or step.args,
+            )
+        )
+    return engine.past_effects(records)
+
+
+def effects_done(run_id: int, *, before_version: int) -> list[dict[str, Any]]:
+    """The destructive calls that took effect in versions before this one, as prompts show them."""
+    return [
+        {"tool": e.tool, "args": e.args, "result": e.result, "origin": e.origin}
+        for e in effects_taken(run_id, before_version=before_version)
+        if e.state == engine.EFFECT_DONE
+    ]
+
+
 def _step_json(step: Step) -> dict[str, Any]:
-    return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+    data = {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+    if step.repeat:
+        data["repeat"] = True
+    return data
 
 
 def plan_store(
@@ -252,6 +308,7 @@ def plan_store(
                         depends_on=list(step.depends_on),
                         destructive=registry[step.tool].destructive,
                         round=depths[step.id],
+                        repeat=step.repeat,
                     )
                     for step in plan.steps
                 ]

@@ -14,6 +14,7 @@ from plans.models import Run, RunEvent
 from plans.roles import four_eyes_forbids, may_decide
 from plans.selectors import approvals as approval_selectors
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
+from plans.ui.effects import effect_note as _effect_note
 
 register = template.Library()
 
@@ -78,6 +79,12 @@ def capped_count(count: int) -> str:
     """A waiting count as the badge shows it: "1,000+" past the count's cap."""
     cap = approval_selectors.WAITING_COUNT_CAP
     return f"{cap:,}+" if count > cap else str(count)
+
+
+@register.filter
+def effect_note(step: Any) -> str:
+    """What became of an effect across plan versions: "done in v1 (step 2), not repeated"."""
+    return _effect_note(step)
 
 
 @register.filter

@@ -7,7 +7,8 @@ import importlib
 import inspect
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, overload
 
@@ -44,6 +45,9 @@ class ToolSpec:
     # Parameters whose JSON value is turned into the hinted type (date, Decimal, dataclass...).
     converters: Mapping[str, Converter] = field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
+    # The MCP server whose text the description and schema are ("" for our own tools): the
+    # planner's prompt shows that text as the server's data, not as our instructions.
+    server: str = ""
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
@@ -223,8 +227,9 @@ class ToolSource(Protocol):
         """The source's tools now, by registry name."""
         ...
 
-    def refresh(self, name: str) -> None:
-        """Read the list again: a plan names ``name``, which the source did not list."""
+    def refresh(self, names: Collection[str], *, since: float) -> None:
+        """Read the list again, once for all of ``names`` (a plan names them, and the source
+        did not list them), unless it was read after ``since`` (a time.monotonic())."""
         ...
 
 
@@ -242,19 +247,20 @@ def get_registry(*, looking_for: Iterable[str] = ()) -> dict[str, ToolSpec]:
 
     A module contributes the tools decorated in it; list every module that defines tools. The
     modules are loaded once; the sources (MCP servers) are read each time, and asked to
-    re-list when a name in ``looking_for`` is not among their tools.
+    re-list, once per read however many names are missing, when a name in ``looking_for`` is
+    not among their tools.
     """
     registry = _modules_registry()
     if not _sources:
         return registry
+    started = time.monotonic()
     merged = dict(registry)
     for source in _sources:
         merged.update(source.specs())
-    missing = [name for name in looking_for if name not in merged]
+    missing = {name for name in looking_for if name not in merged}
     if missing:
         for source in _sources:
-            for name in missing:
-                source.refresh(name)
+            source.refresh(missing, since=started)
             merged.update(source.specs())
     return merged
 
@@ -306,7 +312,8 @@ def _load(modules: list[str]) -> dict[str, ToolSpec]:
 
 
 def tool_catalog_for_prompt(registry: Mapping[str, ToolSpec]) -> list[dict[str, Any]]:
-    """The tools as the planner sees them, sorted by name, with output_schema where declared."""
+    """The tools as the planner sees them, sorted by name, with output_schema where declared
+    and, for an MCP server's tools, the server (whose text the prompt delimits as data)."""
     catalog = []
     for spec in (registry[name] for name in sorted(registry)):
         entry: dict[str, Any] = {
@@ -317,5 +324,7 @@ def tool_catalog_for_prompt(registry: Mapping[str, ToolSpec]) -> list[dict[str, 
         }
         if spec.output_schema is not None:
             entry["output_schema"] = copy.deepcopy(spec.output_schema)
+        if spec.server:
+            entry["server"] = spec.server
         catalog.append(entry)
     return catalog

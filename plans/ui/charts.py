@@ -233,8 +233,10 @@ def shown_text(text: str) -> str:
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # Characters that change how the text around them looks without showing themselves: format
-# characters (bidi overrides such as U+202E, zero-width ones) and line/paragraph separators.
-_HIDDEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+# characters (bidi overrides such as U+202E, zero-width ones), line/paragraph separators and
+# the C1 controls (U+0080-U+009F: U+009B is a terminal's one-byte CSI); JSON escapes the ASCII
+# control characters itself.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Zl", "Zp", "Cc"})
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -274,6 +276,18 @@ def spelled_text(text: str) -> str:
         lambda match: spelled_char(match.group()) if hidden_char(match.group()) else match.group(),
         text,
     )
+
+
+def terminal_text(text: str, *, one_line: bool = True) -> str:
+    """Text from a model, a tool or a server made safe to print on a terminal.
+
+    Every control character (ESC, CR, backspace...) and hidden one (bidi controls, zero-width)
+    is spelled out as "⟨U+001B⟩", so the text can neither move the cursor, erase or recolour
+    what is printed, nor read in another order; ``one_line`` spells newlines too, so a value
+    cannot start a line of its own. JSON output uses shown_json instead.
+    """
+    spelled = spelled_text(text)
+    return spelled.replace("\n", spelled_char("\n")) if one_line else spelled
 
 
 def spelled_parts(text: str) -> list[tuple[str, bool]]:

@@ -36,6 +36,26 @@ def effect_line(tool: str, args: Any) -> str:
     return f"{tool}: {' · '.join(parts)}" if parts else tool
 
 
+def effect_note(step: Any) -> str:
+    """ "done in v1 (step 2), not repeated" for a destructive step an earlier plan version's
+    identical call settled, "runs again" for one the plan marked a repeat, else ""."""
+    origin = str(getattr(step, "reused_from", "") or "")
+    if getattr(step, "destructive", False) and origin:
+        return f"done in {_where(origin)}, not repeated"
+    expected = str(getattr(step, "done_before", "") or "")
+    if expected:  # a plan diff's step not run yet
+        return f"done in {_where(expected)}, not repeated if its inputs come out the same"
+    if getattr(step, "repeat", False):
+        return "runs again"
+    return ""
+
+
+def _where(origin: str) -> str:
+    """ "plan v1 step 2" -> "v1 (step 2)"."""
+    version, _, step_id = origin.removeprefix("plan ").partition(" step ")
+    return f"{version} (step {step_id})" if step_id else version
+
+
 def _where_and_when(args: Mapping[str, Any]) -> list[str]:
     """Route, place and day of a booking-like call: "Delhi → Goa", "in Goa", "on 2026-12-20"."""
     text = {key: value for key, value in args.items() if isinstance(value, str)}

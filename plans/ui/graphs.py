@@ -25,6 +25,7 @@ from plans.engine import PlanParseError, parse_planner_output
 from plans.models import Approval, Plan, Step
 from plans.ui.charts import shown_json, shown_text
 from plans.ui.charts import visible_text as _visible
+from plans.ui.effects import effect_note
 
 # Fill colours by step status: the graph, its legend, the timeline and the live page share them.
 STATUS_COLOURS: dict[str, str] = {
@@ -208,8 +209,14 @@ def _node_label(step: Step, decision: Approval | None = None) -> str:
     if step.destructive and step.resolved_args is not None:
         args = decision.args if decision is not None else step.resolved_args
     lines = _arg_lines(step.tool, step.step_id, args, destructive=step.destructive)
-    if step.destructive:
+    note = effect_note(step)
+    if step.destructive and step.reused_from:
+        # Settled by an earlier version's identical call: nothing was asked or called again.
+        lines.append(f'<FONT COLOR="#475467">{html.escape(note)}</FONT>')
+    elif step.destructive:
         lines.append(_decision_line(step, decision))
+    if note and not step.reused_from:
+        lines.append(f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">{html.escape(note)}</FONT>')
     return '<BR ALIGN="LEFT"/>'.join(lines) + '<BR ALIGN="LEFT"/>'
 
 

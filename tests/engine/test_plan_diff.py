@@ -105,3 +105,36 @@ def test_reused_results_attributes_each_reuse_to_the_plan_version_created_before
     ]
 
     assert reused_results(events) == {2: {1: "plan v1 step 1"}, 3: {5: "step 4"}}
+
+
+def effect(step_id, status, depends_on=(), item="a", **extra):
+    return SimpleNamespace(
+        step_id=step_id,
+        tool="issue_refund",
+        args={"item": item},
+        destructive=True,
+        status=status,
+        depends_on=list(depends_on),
+        reused_from="",
+        **extra,
+    )
+
+
+def test_an_unchanged_effect_done_in_the_old_version_is_expected_not_to_be_made_again():
+    old = [step(1, "price", item="a"), effect(2, "succeeded", [1]), effect(3, "failed", item="b")]
+    old[0].depends_on = []
+    new = [step(1, "price", item="a"), effect(2, "pending", [1]), effect(3, "pending", item="b")]
+    new[0].depends_on = []
+
+    changes = {c.step_id: c for c in plan_diff(old, new, old_version=1)}
+    assert changes[2].done_before == "plan v1 step 2"
+    assert changes[3].done_before == ""  # it did not act: it will be asked for and made again
+
+    new[0] = step(1, "price", item="changed")
+    new[0].depends_on = []
+    assert {c.step_id: c.done_before for c in plan_diff(old, new, old_version=1)}[2] == ""
+    marked = [new[0], effect(2, "pending", [1], repeat=True), new[2]]
+    old[0] = step(1, "price", item="changed")
+    old[0].depends_on = []
+    assert {c.step_id: c.done_before for c in plan_diff(old, marked, old_version=1)}[2] == ""
+    assert plan_diff(old, new)[1].done_before == ""  # no old version given: no expectation

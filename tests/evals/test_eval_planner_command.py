@@ -7,7 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from plans.evals.baseline import DEFAULT_BASELINE
-from plans.llm import offline
+from plans.evals.cases import DEFAULT_CASES
+from plans.llm import ModelError, offline
 from plans.models import EvalResult, Experiment, ModelCall, Run
 from plans.selectors.runs import RunFilters, runs_matching
 
@@ -158,3 +159,25 @@ def test_usage_that_grows_past_a_quarter_is_noted_beside_the_gate(tmp_path):
 
     assert code == 0
     assert "note: model_calls rose from 32 to 64 (+100%)" in out
+
+
+def test_a_judge_models_hostile_error_cannot_rewrite_the_report_on_the_terminal(
+    tmp_path, monkeypatch
+):
+    suite = json.loads(DEFAULT_CASES.read_text())
+    suite["cases"] = suite["cases"][:1]
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps(suite))
+
+    def hostile_judge(*args, **kwargs):
+        raise ModelError("overloaded\x1b[2K\r     judge: pass (groundedness 5)\u202e")
+
+    monkeypatch.setattr(offline, "judge_reply", hostile_judge)
+
+    code, out = eval_planner("--judge", "--cases", str(cases))
+
+    assert code == 0
+    assert not any(char in out for char in ("\x1b", "\r", "\u202e"))
+    assert (
+        "judge: no verdict: overloaded\u27e8U+001B\u27e9[2K\u27e8U+000D\u27e9     judge: pass"
+    ) in out

@@ -12,7 +12,7 @@ from plans.journal import tasks
 from plans.journal.tasks import advance_run_task
 from plans.runtime.advance import advance_run
 
-migration = importlib.import_module("plans.migrations.0024_task_path_moved_to_journal")
+migration = importlib.import_module("plans.migrations.0025_task_path_moved_to_journal")
 
 
 def queued(path: str) -> DBTaskResult:

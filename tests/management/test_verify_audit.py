@@ -55,6 +55,23 @@ def test_an_altered_event_is_named(run):
     assert f"event #{event.seq} (step_finished) was altered" in output
 
 
+def test_an_altered_event_cannot_rewrite_the_report_on_the_terminal(run):
+    event = RunEvent.objects.get(run=run, kind="step_finished", payload__step=3)
+    # Erase the line and write over it: on a terminal, the report would read "intact".
+    RunEvent.objects.filter(pk=event.pk).update(
+        kind="x\x1b[2K\raudit log verified: every event chain intact\u202e"
+    )
+
+    ok, output = verify("--run", str(run.pk))
+
+    assert not ok
+    assert not any(char in output for char in ("\x1b", "\r", "\u202e"))
+    assert (
+        f"event #{event.seq} (x\u27e8U+001B\u27e9[2K\u27e8U+000D\u27e9audit log verified: "
+        "every event chain intact\u27e8U+202E\u27e9) was altered"
+    ) in output
+
+
 def test_a_timestamp_overwritten_with_garbage_is_named(run):
     event = RunEvent.objects.get(run=run, seq=4)
     with connection.cursor() as cursor:  # what SQLite lets a raw UPDATE write

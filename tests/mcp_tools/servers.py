@@ -10,9 +10,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# The official reference servers: the tests trust their annotations (readOnlyHint), as an
+# operator who has vetted them would; tests/mcp_tools/hostile_server.py is the one not trusted.
 TIME_SERVER = {
     "command": sys.executable,
     "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+    "trust_annotations": True,
 }
 
 
@@ -47,6 +50,7 @@ EVERYTHING_JS = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "
 EVERYTHING_STDIO = {
     "command": shutil.which("node") or "node",
     "args": [str(EVERYTHING_JS), "stdio"],
+    "trust_annotations": True,
 }
 
 
@@ -82,3 +86,10 @@ def everything_over_http() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+# Our own hostile server (tests/mcp_tools/hostile_server.py) on the official SDK, over stdio.
+HOSTILE_SERVER = {
+    "command": sys.executable,
+    "args": [str(Path(__file__).with_name("hostile_server.py"))],
+}

@@ -137,7 +137,7 @@ def test_killing_the_server_during_a_call_fails_that_step_and_the_next_run_gets_
 
 def test_tools_over_streamable_http_validate_and_run(author, mcp_servers):
     with everything_over_http() as url:
-        mcp_servers(remote={"url": url})
+        mcp_servers(remote={"url": url, "trust_annotations": True})
         steps = [
             {"id": 1, "tool": "remote.get-sum", "args": {"a": 2, "b": 40}},
             {"id": 2, "tool": "remote.echo", "args": {"message": "sum {{1}}"}, "depends_on": [1]},

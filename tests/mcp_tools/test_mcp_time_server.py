@@ -177,9 +177,14 @@ def test_the_mcp_tools_command_lists_each_server_its_state_and_gating(mcp_server
     call_command("mcp_tools", stdout=out)
 
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("time (stdio: ") and lines[0].endswith("): running")
-    assert lines[1].startswith("  time.convert_time  destructive (needs approval)  limit 30 s")
-    assert lines[2].startswith("  time.get_current_time  read-only  limit 30 s")
+    assert lines[0].startswith("time (stdio: ")
+    assert lines[0].endswith("; annotations trusted): running")
+    assert lines[1].startswith(
+        "  time.convert_time  destructive (needs approval) [override convert_time]  limit 30 s"
+    )
+    assert lines[2].startswith(
+        "  time.get_current_time  read-only [annotation trusted]  limit 30 s"
+    )
 
 
 def test_the_mcp_tools_command_fails_naming_a_server_that_is_down(mcp_servers):
@@ -189,7 +194,9 @@ def test_the_mcp_tools_command_fails_naming_a_server_that_is_down(mcp_servers):
     with pytest.raises(CommandError, match="1 of 1 MCP server"):
         call_command("mcp_tools", stdout=out)
 
-    assert "broken (stdio: /nonexistent/mcp-server): failed - FileNotFoundError" in out.getvalue()
+    assert (
+        "broken (stdio: /nonexistent/mcp-server; annotations untrusted): failed - FileNotFoundError"
+    ) in out.getvalue()
 
 
 def test_a_bad_argument_to_an_mcp_tool_in_a_plan_file_exits_2(tmp_path, time_server):

@@ -7,7 +7,7 @@ import pytest
 from plans.models import Approval
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from plans.ui.charts import shown_json
+from plans.ui.charts import shown_json, terminal_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,6 +26,30 @@ SPOOF = "invoice \u202egnp.exe"  # shows as "invoice exe.png"
 def test_hidden_characters_are_written_as_escapes_that_read_back_the_same(value, shown):
     assert shown_json(value) == shown
     assert json.loads(shown_json({"v": value}, indent=2)) == {"v": value}
+
+
+def test_a_c1_control_character_is_escaped_in_shown_json_too():
+    # U+009B is a one-byte CSI to many terminals: as good as ESC [.
+    assert shown_json("a\x9b2Kb\x85") == '"a\\u009b2Kb\\u0085"'
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("ok\x1b[2K\rfine", "ok\u27e8U+001B\u27e9[2K\u27e8U+000D\u27e9fine"),
+        (
+            "back\x08\x08up \x7f\x9b",
+            "back\u27e8U+0008\u27e9\u27e8U+0008\u27e9up \u27e8U+007F\u27e9\u27e8U+009B\u27e9",
+        ),
+        (SPOOF, "invoice \u27e8U+202E\u27e9gnp.exe"),
+        ("zero\u200bwidth\u2066", "zero\u27e8U+200B\u27e9width\u27e8U+2066\u27e9"),
+        ("two\nlines\tand a tab", "two\u27e8U+000A\u27e9lines\tand a tab"),
+        ("café ✓ 😀 אבג", "café ✓ 😀 אבג"),
+    ],
+)
+def test_terminal_text_spells_out_what_a_terminal_would_obey_or_hide(text, shown):
+    assert terminal_text(text) == shown
+    assert terminal_text("two\nlines\r", one_line=False) == "two\nlines\u27e8U+000D\u27e9"
 
 
 def test_a_reviewer_sees_a_bidi_override_in_the_arguments_to_approve(client, author, reviewer):

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from plans.journal.rollup import rollup_drift, rollup_rebuild
+from plans.ui.charts import terminal_text
 
 
 class Command(BaseCommand):
@@ -29,7 +30,9 @@ class Command(BaseCommand):
             return
         drift = rollup_drift()
         for line in drift:
-            self.stdout.write(line)
+            self.stdout.write(
+                terminal_text(line)
+            )  # bucket keys: model names as providers gave them
         if drift:
             raise CommandError(f"{len(drift)} rollup bucket(s) differ from the raw rows")
         self.stdout.write("The costs rollup matches the raw rows.")

@@ -27,6 +27,7 @@ from plans.evals.runner import CaseOutcome, experiment_run
 from plans.llm import Usage
 from plans.llm.pricing import cost_usd, prices_for
 from plans.models import Experiment, Goal
+from plans.ui.charts import terminal_text
 
 EXIT_REGRESSION = 1
 OFFLINE = "offline"
@@ -139,16 +140,20 @@ class Command(BaseCommand):
         attempt = f" (attempt {outcome.attempt})" if outcome.attempt > 1 else ""
         tokens = result.input_tokens + result.output_tokens
         run = f" [run {result.run_id}, {result.model_calls} calls, {tokens} tokens]"
+        # Failures and the judge's errors quote the model's and the tools' text.
         if result.passed:
-            self.stdout.write(f"PASS {result.case_id}{attempt}{run}")
+            self.stdout.write(terminal_text(f"PASS {result.case_id}{attempt}{run}"))
         else:
-            self.stdout.write(f"FAIL {result.case_id}{attempt}{run}: " + "; ".join(result.failures))
+            failures = "; ".join(result.failures)
+            self.stdout.write(terminal_text(f"FAIL {result.case_id}{attempt}{run}: {failures}"))
         if result.judge:
             if "error" in result.judge:
-                self.stdout.write(f"     judge: no verdict: {result.judge['error']}")
+                self.stdout.write(terminal_text(f"     judge: no verdict: {result.judge['error']}"))
             else:
                 scores = ", ".join(f"{k} {v}" for k, v in result.judge["scores"].items())
-                self.stdout.write(f"     judge: {result.judge['verdict']} ({scores})")
+                self.stdout.write(
+                    terminal_text(f"     judge: {result.judge['verdict']} ({scores})")
+                )
 
     def _print_summary(self, experiment: Experiment) -> None:
         summary = experiment.summary
@@ -196,16 +201,16 @@ class Command(BaseCommand):
     def _print_gate(self, gate: GateReport, path: Path) -> None:
         self.stdout.write(f"\ngate against {path}:")
         for note in gate.notes:
-            self.stdout.write(f"  note: {note}")
+            self.stdout.write(terminal_text(f"  note: {note}"))
         if gate.newly_passing:
-            self.stdout.write(f"  newly passing: {', '.join(gate.newly_passing)}")
+            self.stdout.write(terminal_text(f"  newly passing: {', '.join(gate.newly_passing)}"))
         if gate.newly_failing:
-            self.stdout.write(f"  newly failing: {', '.join(gate.newly_failing)}")
+            self.stdout.write(terminal_text(f"  newly failing: {', '.join(gate.newly_failing)}"))
         if gate.passed:
             self.stdout.write("  PASSED: no category fell beyond the tolerance")
         else:
             for regression in gate.regressions:
-                self.stdout.write(f"  REGRESSION {regression}")
+                self.stdout.write(terminal_text(f"  REGRESSION {regression}"))
 
 
 def experiment_cost_at(experiment: Experiment, model: str) -> Decimal:

@@ -14,6 +14,7 @@ from plans.evals.judge import RUBRIC_NAME, VerdictUnreadable, answer_judge, outc
 from plans.evals.stats import cohens_kappa
 from plans.llm import ModelError
 from plans.models import Experiment
+from plans.ui.charts import terminal_text
 
 LABELS = ("pass", "fail")
 EXIT_BELOW_MIN_KAPPA = 1
@@ -100,9 +101,9 @@ class Command(BaseCommand):
             for name, count in confusion.items():
                 self.stdout.write(f"  {name}: {count}")
             if disagreements:
-                self.stdout.write(f"disagreements: {', '.join(disagreements)}")
+                self.stdout.write(terminal_text(f"disagreements: {', '.join(disagreements)}"))
             for problem in errors:
-                self.stdout.write(problem)
+                self.stdout.write(terminal_text(problem))  # quotes the judge model's errors
         if options["min_kappa"] is not None and agreement.kappa < options["min_kappa"]:
             sys.exit(EXIT_BELOW_MIN_KAPPA)
 

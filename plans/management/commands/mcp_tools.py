@@ -7,12 +7,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.mcp.tools import close_all, server_listings
+from plans.ui.charts import terminal_text
 
 
 class Command(BaseCommand):
     help = (
         "Start each MCP server in AGENTSITE_MCP_SERVERS and list its tools as the agent sees "
-        "them: registry name, destructive (needs approval) or read-only, time limit."
+        "them: registry name, destructive (needs approval) or read-only and what decided it, "
+        "time limit."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,19 +33,28 @@ class Command(BaseCommand):
         down = 0
         for listing in listings:
             config, state = listing.config, listing.state
-            line = f"{config.name} ({config.transport}: {config.target}): {state.label}"
+            trust = "annotations trusted" if config.trust_annotations else "annotations untrusted"
+            line = f"{config.name} ({config.transport}: {config.target}; {trust}): {state.label}"
             if state.detail:
                 line += f" - {state.detail}"
                 down += 1
-            self.stdout.write(line)
+            # Names, descriptions and errors are the server's text: printed, never obeyed.
+            self._line(line)
             for listed in sorted(listing.tools, key=lambda t: t.name):
                 if listed.spec is None:
-                    self.stdout.write(f"  {listed.registry_name}  NOT USABLE: {listed.problem}")
+                    self._line(f"  {listed.registry_name}  NOT USABLE: {listed.problem}")
                     continue
                 gating = "destructive (needs approval)" if listed.spec.destructive else "read-only"
-                self.stdout.write(
-                    f"  {listed.registry_name}  {gating}  limit {listed.spec.timeout_s:g} s"
+                self._line(
+                    f"  {listed.registry_name}  {gating} [{listed.gated_by}]  "
+                    f"limit {listed.spec.timeout_s:g} s"
                     + (f"  - {listed.spec.description}" if listed.spec.description else "")
                 )
+            if state.label == "running":
+                for key in config.unmatched_overrides([t.name for t in listing.tools]):
+                    self._line(f"  note: the 'tools' entry {key!r} matches none of its tools")
         if down:
             raise CommandError(f"{down} of {len(listings)} MCP server(s) could not be started")
+
+    def _line(self, text: str) -> None:
+        self.stdout.write(terminal_text(text))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from plans.selectors.plans import plan_current
 from plans.services.approvals import approvals_decide
 from plans.services.plans import plan_decide
 from plans.services.runs import GoalRejected, goal_clean, run_create, run_summary
+from plans.ui.charts import shown_json, terminal_text
 
 EXIT_INVALID_PLAN = 2
 EXIT_NOT_COMPLETED = 3
@@ -132,8 +132,10 @@ class Command(BaseCommand):
         if run.status == Run.Status.INVALID_PLAN:
             self._report_problems(run.pk, summary["plan"]["problems"], as_json=as_json)
             return
+        # Results, answers and errors are a model's, a tool's or a server's text: shown, never
+        # obeyed by the terminal (an ESC or a CR could rewrite the lines above them).
         if as_json:
-            self.stdout.write(json.dumps(summary, indent=2, ensure_ascii=False))
+            self.stdout.write(shown_json(summary, indent=2))
             return
         self.stdout.write(f"run {run.pk}: {run.status}")
         for depth, step_ids in enumerate(summary["rounds"], start=1):
@@ -141,13 +143,12 @@ class Command(BaseCommand):
             for step_id in step_ids:
                 step = summary["steps"][str(step_id)]
                 outcome = step["error"] if step["status"] != "succeeded" else step["result"]
-                outcome_text = json.dumps(outcome, ensure_ascii=False)
-                self.stdout.write(f"  step {step_id} {step['status']}: {outcome_text}")
+                self.stdout.write(f"  step {step_id} {step['status']}: {shown_json(outcome)}")
         if run.answer:
             self.stdout.write("")
-            self.stdout.write(run.answer)
+            self.stdout.write(terminal_text(run.answer, one_line=False))
         if run.error:
-            self.stdout.write(f"error: {run.error}")
+            self.stdout.write(terminal_text(f"error: {run.error}"))
         tokens = summary["tokens"]
         self.stdout.write(
             f"\n{summary['model_calls']} model calls, "
@@ -161,14 +162,14 @@ class Command(BaseCommand):
         status = Run.Status.INVALID_PLAN
         if as_json:
             report = {"run_id": run_id, "status": status, "problems": problems}
-            self.stdout.write(json.dumps(report, indent=2, ensure_ascii=False))
+            self.stdout.write(shown_json(report, indent=2))
             return
         self.stdout.write(
             f"{status} (no run created)" if run_id is None else f"run {run_id}: {status}"
         )
         self.stdout.write("The plan is invalid:")
         for problem in problems:
-            self.stdout.write(f"  - {problem}")
+            self.stdout.write(terminal_text(f"  - {problem}"))
 
 
 def _author(username: str) -> Any:

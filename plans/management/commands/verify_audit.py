@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from plans.guards.audit import chain_problems
 from plans.models import Run
+from plans.ui.charts import terminal_text
 
 
 class Command(BaseCommand):
@@ -29,7 +30,8 @@ class Command(BaseCommand):
             checked += 1
             problems.extend(chain_problems(run))
         for problem in problems:
-            self.stderr.write(problem)
+            # An altered row is the attacker's text: its kind must not rewrite the report.
+            self.stderr.write(terminal_text(problem))
         if problems:
             raise CommandError(f"{len(problems)} problem(s) in the audit log of {checked} run(s)")
         self.stdout.write(f"audit log verified: {checked} run(s), every event chain intact")

@@ -22,7 +22,7 @@ def backwards(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("plans", "0023_page_indexes"),
+        ("plans", "0024_step_repeat"),
         ("django_tasks_database", "0001_initial"),
     ]
 
