@@ -34,16 +34,16 @@ from plans.llm.prompts import answer_request
 from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
-from plans.runtime.recorder import RunRecorder
-from plans.runtime.steps import StepsExecution, error_text
-from plans.runtime.worker import waiting
-from plans.selectors.plans import plan_current
-from plans.services.plans import (
+from plans.runtime.planning import (
     effects_done,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,
 )
+from plans.runtime.recorder import RunRecorder
+from plans.runtime.steps import StepsExecution, error_text
+from plans.runtime.worker import waiting
+from plans.selectors.plans import plan_current
 from plans.tools import get_registry
 
 logger = logging.getLogger(__name__)

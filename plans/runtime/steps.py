@@ -50,14 +50,10 @@ from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_request,
 )
+from plans.runtime.planning import declined_calls, effects_taken, plan_to_engine
 from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.runtime.worker import waiting, waiting_group
-from plans.services.plans import (
-    declined_calls,
-    effects_taken,
-    plan_to_engine,
-)
 from plans.services.questions import question_expired_error
 from plans.tools import ToolError, ToolSpec
 from plans.tools.human import ASK_HUMAN

@@ -193,7 +193,7 @@ def test_the_replan_prompt_lists_effects_that_happened_as_delimited_facts(
     approve_everything(run, reviewer)
 
     from plans.llm.prompts import replan_request
-    from plans.services.plans import effects_done
+    from plans.runtime.planning import effects_done
 
     done = effects_done(run.pk, before_version=2)
     assert [(e["tool"], e["origin"]) for e in done] == [("issue_refund", "plan v1 step 2")]
