@@ -41,7 +41,8 @@ from plans.runtime.planning import (
     plan_steps,
 )
 from plans.runtime.recorder import RunRecorder
-from plans.runtime.steps import StepsExecution, error_text
+from plans.runtime.steps import StepsExecution
+from plans.runtime.tool_calls import error_text
 from plans.runtime.worker import waiting
 from plans.selectors.plans import plan_current
 from plans.tools import get_registry

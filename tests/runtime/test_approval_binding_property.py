@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from plans.models import Approval, Run, Step, ToolCall
 from plans.runtime.advance import advance_run
-from plans.runtime.steps import invoke_tool
+from plans.runtime.tool_calls import invoke_tool
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_create
 from plans.tools import get_registry

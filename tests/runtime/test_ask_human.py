@@ -9,7 +9,7 @@ from django.urls import reverse
 from plans.llm.offline import CONFIRMED_REFUND_GOAL
 from plans.models import Approval, HumanQuestion, LedgerEntry, Run, RunEvent, Step
 from plans.runtime.advance import advance_run
-from plans.runtime.steps import answer_value
+from plans.runtime.launching import answer_value
 from plans.runtime.sweeper import sweep_once
 from plans.selectors.approvals import questions_waiting
 from plans.services.approvals import approval_decide

@@ -4,7 +4,7 @@ import pytest
 
 from plans.models import Run, Step, ToolCall
 from plans.runtime.advance import advance_run
-from plans.runtime.steps import TOOL_ERROR_MAX_CHARS
+from plans.runtime.tool_calls import TOOL_ERROR_MAX_CHARS
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

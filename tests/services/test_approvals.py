@@ -8,7 +8,7 @@ from django.core import mail
 from plans.engine import args_sha256
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.runtime.advance import advance_run
-from plans.runtime.steps import invoke_tool
+from plans.runtime.tool_calls import invoke_tool
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_create
 from plans.tools import get_registry
