@@ -92,7 +92,7 @@ def approvals_decide(
         reviewer_check(reviewer)
     reason = reason_clean(reason)
     if not approve and not reason:
-        raise reason_required(".")
+        raise reason_required("")
     edited_args = edited_args or {}
     decided: list[Approval] = []
     runs_to_resume: set[int] = set()
@@ -145,7 +145,7 @@ def approvals_decide_seen(
     if len(set(ids)) != len(ids):
         raise ApprovalRefused("listed_twice", "Each approval may be listed once.")
     if not approve and not reason.strip():
-        raise reason_required(".")
+        raise reason_required("")
     found = approvals_visible(reviewer, ids)
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:

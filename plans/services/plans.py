@@ -150,7 +150,7 @@ def plan_decide(
         reviewer_check(reviewer)
     reason = reason_clean(reason)
     if not approve and not reason:
-        raise reason_required(" a plan.")
+        raise reason_required(" a plan")
     with transaction.atomic():
         locked = (
             Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
@@ -196,7 +196,7 @@ def plan_decide_seen(
     if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
         raise four_eyes_refused("plan")
     if not approve and not reason.strip():
-        raise reason_required(" a plan.")
+        raise reason_required(" a plan")
     plan = plan_current(run)
     if plan is None or plan.version != version:
         raise PlanRefused(

@@ -43,9 +43,13 @@ def test_each_refused_decision_names_its_rule(author, reviewer, outsider, django
     assert refusal(
         lambda: approval_decide(approval=approval, reviewer=outsider, approve=True)
     ).code == ("not_a_reviewer")
-    assert refusal(
+    no_reason = refusal(
         lambda: approval_decide(approval=approval, reviewer=reviewer, approve=False)
-    ).code == ("reason_required")
+    )
+    assert (no_reason.code, str(no_reason)) == (
+        "reason_required",
+        "A reason is required to reject.",
+    )
     assert refusal(
         lambda: approval_decide(approval=approval, reviewer=reviewer, approve=True, reason="\x00")
     ).code == ("text_invalid")
@@ -98,6 +102,8 @@ def test_plan_decisions_and_requests_for_changes_name_their_rule(author, reviewe
 
     stale = refusal(lambda: plan_decide_seen(run=run, version=7, reviewer=reviewer, approve=True))
     assert stale.code == "stale_plan"
+    unreasoned = refusal(lambda: plan_decide(plan=plan, reviewer=reviewer, approve=False))
+    assert str(unreasoned) == "A reason is required to reject a plan."
     plan_decide(plan=plan, reviewer=reviewer, approve=True)
     assert refusal(lambda: plan_decide(plan=plan, reviewer=reviewer, approve=True)).code == (
         "already_decided"
