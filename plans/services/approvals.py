@@ -51,8 +51,10 @@ def four_eyes_refused(what: str) -> ApprovalRefused:
     )
 
 
-def reason_required(what: str) -> ApprovalRefused:
-    return ApprovalRefused("reason_required", f"A reason is required to reject{what}.")
+def rejection_reason_check(*, approve: bool, reason: str, what: str = "") -> None:
+    """A rejection says why: refused without a reason (what: " a plan", or "" for steps)."""
+    if not approve and not reason.strip():
+        raise ApprovalRefused("reason_required", f"A reason is required to reject{what}.")
 
 
 def approval_decide(
@@ -91,8 +93,7 @@ def approvals_decide(
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     reason = reason_clean(reason)
-    if not approve and not reason:
-        raise reason_required("")
+    rejection_reason_check(approve=approve, reason=reason)
     edited_args = edited_args or {}
     decided: list[Approval] = []
     runs_to_resume: set[int] = set()
@@ -144,8 +145,7 @@ def approvals_decide_seen(
     ids = [choice.approval_id for choice in seen]
     if len(set(ids)) != len(ids):
         raise ApprovalRefused("listed_twice", "Each approval may be listed once.")
-    if not approve and not reason.strip():
-        raise reason_required("")
+    rejection_reason_check(approve=approve, reason=reason)
     found = approvals_visible(reviewer, ids)
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:

@@ -21,7 +21,7 @@ from plans.services.approvals import (
     ApprovalRefused,
     four_eyes_refused,
     reason_clean,
-    reason_required,
+    rejection_reason_check,
     reviewer_check,
 )
 from plans.tools import get_registry
@@ -149,8 +149,7 @@ def plan_decide(
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     reason = reason_clean(reason)
-    if not approve and not reason:
-        raise reason_required(" a plan")
+    rejection_reason_check(approve=approve, reason=reason, what=" a plan")
     with transaction.atomic():
         locked = (
             Plan.objects.select_for_update(of=("self",)).select_related("run__goal").get(pk=plan.pk)
@@ -195,8 +194,7 @@ def plan_decide_seen(
     reviewer_check(reviewer)
     if four_eyes_forbids(run=run, reviewer=reviewer, via=via):
         raise four_eyes_refused("plan")
-    if not approve and not reason.strip():
-        raise reason_required(" a plan")
+    rejection_reason_check(approve=approve, reason=reason, what=" a plan")
     plan = plan_current(run)
     if plan is None or plan.version != version:
         raise PlanRefused(
