@@ -228,6 +228,8 @@ class StepsExecution:
         self.carried: set[int] = set()  # steps holding an earlier version's key, not yet called
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
+        # Steps launched but not yet called: (step, spec, args, key, approval).
+        self.starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]] = []
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
         for step in steps.values():
@@ -322,9 +324,11 @@ class StepsExecution:
                 if ready and self.advancer.cancel_recorded():
                     for step_id in ready:
                         self.scheduler.release(step_id)
+                    self._start_launched(pool)  # retries due, already on record as started
                     continue
                 for step_id in ready:
                     self._launch(step_id, pool)
+                self._start_launched(pool)
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
             if not self.inflight and not self.retries:
@@ -520,22 +524,38 @@ class StepsExecution:
             attempt=step.attempts,
             args=args,
         )
-        if spec.destructive:
-            # The attempt is on record before the side effect can happen.
+        self.starting.append((step, spec, args, key, approval))
+
+    def _start_launched(self, pool: ToolThreads) -> None:
+        """Call the tools of the steps just launched, once their attempts are on record.
+
+        One flush for everything launched together: the audit never misses a call that
+        happened (a destructive one's attempt and key, an impure read's step_started), and a
+        lost connection or lease is found before any of them starts, not after. Pure calls
+        alone are not waited for: calling one again is harmless, and the wait would be most
+        of a short pure step's cost.
+        """
+        starting, self.starting = self.starting, []
+        if not starting:
+            return
+        if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
             self.recorder.flush(wait=True)
-        timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-        call = pool.submit(
-            invoke_tool,
-            spec,
-            args,
-            key=key,
-            approval=approval,
-            step_pk=step.pk,
-            reply=self._reply,
-        )
-        self.inflight[call] = step.step_id
-        self.calls[step.step_id] = (spec, args, approval)
-        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
+            if self.lease.past_deadline():
+                raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} is past its deadline")
+        for step, spec, args, key, approval in starting:
+            timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            call = pool.submit(
+                invoke_tool,
+                spec,
+                args,
+                key=key,
+                approval=approval,
+                step_pk=step.pk,
+                reply=self._reply,
+            )
+            self.inflight[call] = step.step_id
+            self.calls[step.step_id] = (spec, args, approval)
+            heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _call_key(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> str:
         """The idempotency key: one per run and call, and a fresh one for an approved repeat.
@@ -642,6 +662,7 @@ class StepsExecution:
         for step_id in decided[: max(room, 0)]:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
+        self._start_launched(pool)
         return bool(decided)
 
     def _park(self) -> bool:

@@ -60,3 +60,18 @@ def pause(seconds: float, label: str) -> str:
 def echo(text: str) -> str:
     """Return the text unchanged."""
     return text
+
+
+@tool
+def tally(label: str) -> str:
+    """Note the call in calls.log beside the gates (outside the database); return the label."""
+    gates_dir().mkdir(parents=True, exist_ok=True)
+    with (gates_dir() / "calls.log").open("a") as calls:
+        calls.write(f"{label}\n")
+    return label
+
+
+def calls_made() -> list[str]:
+    """The labels tally was called with, in order, from every process."""
+    path = gates_dir() / "calls.log"
+    return path.read_text().split() if path.exists() else []
