@@ -408,11 +408,20 @@ def _field_name(meta: Any, attname: str) -> str:
     raise ValueError(f"{meta.label} has no column attribute {attname!r}")
 
 
-def connection_lost(alias: str = DEFAULT_DB_ALIAS) -> bool:
-    """Whether this thread's connection is gone (closed, or the server no longer answers on
-    it); one that no longer answers is closed, so the next query opens a new one."""
+def connection_used(alias: str = DEFAULT_DB_ALIAS) -> Any:
+    """This thread's driver connection, opened if need be: pass it to connection_lost() if
+    what follows fails."""
     wrapper = connections[alias]
-    if wrapper.connection is None:
+    wrapper.ensure_connection()
+    return wrapper.connection
+
+
+def connection_lost(alias: str = DEFAULT_DB_ALIAS, *, used: Any = None) -> bool:
+    """Whether this thread's connection is gone: closed, replaced since `used` (Django drops a
+    connection whose rollback failed, and the end of the atomic block may open the next), or
+    no longer answering (then it is closed, so the next query opens a new one)."""
+    wrapper = connections[alias]
+    if wrapper.connection is None or (used is not None and wrapper.connection is not used):
         return True
     if wrapper.in_atomic_block or wrapper.is_usable():
         return False

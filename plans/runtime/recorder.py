@@ -20,7 +20,14 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from plans.bulk import JSONText, KeptConnection, connection_lost, insert_rows, update_rows
+from plans.bulk import (
+    JSONText,
+    KeptConnection,
+    connection_lost,
+    connection_used,
+    insert_rows,
+    update_rows,
+)
 from plans.guards.redaction import redact, redacted_json
 from plans.models import Approval, HumanQuestion, ModelCall, RunEvent, Step, ToolCall
 from plans.runtime.events import LeaseLost, announce_committed, append_events
@@ -265,11 +272,13 @@ class _Writer:
         lease = self.lease
         assert lease is not None, "a batch was submitted outside begin() and end()"
         self._connection.check()
+        used = None
         try:
+            used = connection_used()
             self._commit(batch)
             return
         except (OperationalError, InterfaceError) as error:
-            if not connection_lost():
+            if used is not None and not connection_lost(used=used):
                 raise  # the server answered (a lock timeout, a deadlock): not retried here
             logger.warning("run %s: the recorder lost its connection (%s)", lease.run_id, error)
             lost, in_doubt, appended = error, self._at_commit, self._appended

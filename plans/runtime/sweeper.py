@@ -24,7 +24,7 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from plans.bulk import KeptConnection, connection_lost
+from plans.bulk import KeptConnection, connection_lost, connection_used
 from plans.models import Run, RunEvent
 from plans.runtime.leases import lease_seconds
 
@@ -197,10 +197,12 @@ def start_sweeper_thread() -> threading.Event:
         while not stop.wait(delay):
             try:
                 kept.check()
+                used = None
                 try:
+                    used = connection_used()
                     sweep_once()
                 except Exception as error:
-                    if not connection_lost():
+                    if used is None or not connection_lost(used=used):
                         raise
                     # Dropped since the check (a restart): once more, reconnected. A sweep is
                     # one transaction, and queues only runs without a task.

@@ -115,3 +115,7 @@ def test_a_database_restart_between_runs_costs_the_next_run_nothing(
         )
         assert on_record == called
         assert ToolCall.objects.filter(run=second).count() == 4
+        # Found by the recorder's check before the run's first write, not by that write.
+        log = worker.log()
+        assert "the recorder: its database connection was lost while idle" in log
+        assert "the recorder lost its connection" not in log

@@ -1,0 +1,116 @@
+"""Connections lost in the middle of a run (sessions ended as a restart ends them), in this
+process against the test PostgreSQL: the recorder retries its flush once, and an advance the
+database fails hands its run over rather than failing it."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+from django_tasks_db.compat import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
+
+from plans import bulk
+from plans.models import Run, RunEvent, Step, ToolCall
+from plans.runtime.advance import advance_run
+from plans.services.runs import run_create
+from tests.integration.conftest import postgres_settings, service_url
+from tests.integration.it_tools import calls_made
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def on_postgres(pg_database, this_process_on, settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTSITE_IT_GATES", str(tmp_path / "gates"))
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+    with this_process_on(postgres_settings(pg_database)):
+        call_command("migrate", verbosity=0)
+        yield get_user_model().objects.create_user("pg-author")
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def chain_around_sever(spare: int) -> dict:
+    """A call, one that ends the other sessions, and one after it."""
+    return {
+        "steps": [
+            {"id": 1, "tool": "tally", "args": {"label": "first"}},
+            {
+                "id": 2,
+                "tool": "sever",
+                "args": {"spare": spare, "label": "sever"},
+                "depends_on": [1],
+            },
+            {"id": 3, "tool": "tally", "args": {"label": "after"}, "depends_on": [2]},
+        ]
+    }
+
+
+def test_a_flush_on_a_lost_connection_is_retried_once_and_the_run_goes_on(on_postgres, caplog):
+    # Spared: the advancing thread's session. The recorder's, used a moment ago (too recently
+    # for its idle check), is ended under it.
+    run = run_create(author=on_postgres, goal_text="g", plan_data=chain_around_sever(backend_pid()))
+    caplog.set_level(logging.WARNING, logger="plans.runtime.recorder")
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+
+    assert "the recorder's retry committed" in caplog.text
+    assert calls_made() == ["first", "sever", "after"]
+    seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert ToolCall.objects.filter(run=run).count() == 3
+    assert not RunEvent.objects.filter(run=run, kind="run_recovered").exists()
+
+
+def test_an_advance_the_database_fails_hands_the_run_over_instead_of_failing_it(
+    on_postgres, settings
+):
+    settings.TASKS = {
+        "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}
+    }
+    # Nobody spared: the advancing thread's own session ends too, and its next read fails.
+    run = run_create(author=on_postgres, goal_text="g", plan_data=chain_around_sever(0))
+    DBTaskResult.objects.all().delete()  # run_create's enqueue: the test advances by hand
+
+    assert advance_run(run.pk) == "handed_over"
+
+    handed = Run.objects.get(pk=run.pk)
+    assert handed.status == Run.Status.RUNNING
+    assert handed.error == ""
+    assert handed.lease_expires_at <= timezone.now()  # free for any worker now
+    (task,) = DBTaskResult.objects.all()
+    assert task.status == TaskResultStatus.READY
+    assert task.args_kwargs["args"] == [run.pk]
+    assert not Step.objects.filter(plan__run=run, status=Step.Status.FAILED).exists()
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+    calls = calls_made()
+    assert calls.count("first") == 1  # its outcome was on record before the failure
+    assert calls.count("after") == 1
+
+
+def test_a_kept_connection_dropped_while_idle_is_replaced_before_its_next_use(
+    on_postgres, monkeypatch, caplog
+):
+    monkeypatch.setattr(bulk, "IDLE_CHECK_S", 0.0)
+    kept = bulk.KeptConnection("the test")
+    kept.check()
+    dropped = backend_pid()
+    with psycopg.connect(service_url("AGENTSITE_TEST_DATABASE_URL"), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [dropped])
+    caplog.set_level(logging.INFO, logger="plans.bulk")
+
+    kept.check()
+
+    assert "the test: its database connection was lost while idle" in caplog.text
+    assert backend_pid() != dropped  # a new session, and the query did not fail
