@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, models, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 
@@ -427,6 +427,20 @@ def connection_lost(alias: str = DEFAULT_DB_ALIAS, *, used: Any = None) -> bool:
         return False
     wrapper.close()
     return True
+
+
+def connection_wait(until: float, *, every: float = 0.2, alias: str = DEFAULT_DB_ALIAS) -> bool:
+    """Reconnect this thread, trying every `every` seconds until monotonic time `until`;
+    whether it is connected (the server is back)."""
+    while True:
+        connections[alias].close()
+        try:
+            connections[alias].ensure_connection()
+            return True
+        except DatabaseError:
+            if time.monotonic() + every >= until:
+                return False
+            time.sleep(every)
 
 
 class KeptConnection:

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from plans.bulk import field_value, rows_where
+from plans.bulk import connection_wait, field_value, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
@@ -98,11 +98,13 @@ def advance_run(run_id: int) -> str:
 
 
 def _hand_over(lease: Lease) -> None:
-    """Expire the lease and queue the run again, on a new connection; if the database is still
-    away, the lease runs out and the sweeper queues the run."""
+    """Expire the lease and queue the run again, once the database answers; if it is still away
+    at the lease's deadline, the lease runs out and the sweeper queues the run."""
     connections.close_all()
     lease.released = True  # handed over, not released: its token stays, expired
     task = advance_run_task
+    # A blip: the server is back within the lease, and the task's outcome can be recorded.
+    connection_wait(lease.valid_until)
     try:
         with transaction.atomic():
             if lease_hand_over(lease) and task.get_backend().supports_defer:

@@ -25,6 +25,7 @@ from plans.bulk import (
     KeptConnection,
     connection_lost,
     connection_used,
+    connection_wait,
     insert_rows,
     update_rows,
 )
@@ -39,9 +40,6 @@ FLUSH_DELAY_S = 0.005
 
 # A writer thread with nothing to commit for this long exits and closes its connection.
 IDLE_EXIT_S = 30.0
-# Between attempts to reconnect after a lost connection (until the lease's deadline).
-RECONNECT_EVERY_S = 0.2
-
 logger = logging.getLogger(__name__)
 
 
@@ -282,7 +280,11 @@ class _Writer:
                 raise  # the server answered (a lock timeout, a deadlock): not retried here
             logger.warning("run %s: the recorder lost its connection (%s)", lease.run_id, error)
             lost, in_doubt, appended = error, self._at_commit, self._appended
-            self._reconnect_within(lease, error)
+            connections.close_all()
+            if not connection_wait(lease.valid_until):
+                raise
+            if lease.lost.is_set():
+                raise LeaseLost(f"run {lease.run_id}: lease {lease.token} was lost") from error
         if in_doubt:
             if not appended:
                 raise lost
@@ -295,21 +297,6 @@ class _Writer:
                 return
         self._commit(batch)
         logger.warning("run %s: the recorder's retry committed", lease.run_id)
-
-    @staticmethod
-    def _reconnect_within(lease: Lease, error: Exception) -> None:
-        """A new connection before the lease's deadline, or the error that lost the old one."""
-        while True:
-            connections.close_all()
-            try:
-                connections["default"].ensure_connection()
-                return
-            except (OperationalError, InterfaceError):
-                if lease.lost.is_set():
-                    raise LeaseLost(f"run {lease.run_id}: lease {lease.token} was lost") from error
-                if time.monotonic() + RECONNECT_EVERY_S >= lease.valid_until:
-                    raise error from None
-                time.sleep(RECONNECT_EVERY_S)
 
     def _commit(self, batch: Batch) -> None:
         lease = self.lease
