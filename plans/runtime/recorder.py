@@ -56,6 +56,26 @@ class Batch:
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
     urgent: bool = False  # someone waits for it: commit without waiting for more
+    durables: list[Durable] = field(default_factory=list)  # told once it is committed (or not)
+
+
+class Durable:
+    """Whether a batch handed to the writer is committed: wait() blocks until that is known."""
+
+    __slots__ = ("_known", "committed")
+
+    def __init__(self) -> None:
+        self._known = threading.Event()
+        self.committed = False
+
+    def settle(self, *, committed: bool) -> None:
+        self.committed = committed
+        self._known.set()
+
+    def wait(self) -> bool:
+        """True once committed; False if it never will be (the writer failed)."""
+        self._known.wait()
+        return self.committed
 
 
 class RunRecorder:
@@ -132,6 +152,17 @@ class RunRecorder:
             self._writer.wait_idle()
         self._writer.raise_failure()
         return self._writer.cancel_requested
+
+    def flush_durable(self) -> Durable:
+        """Hand over what was collected to be committed at once; without waiting for it, the
+        returned Durable tells when it is (for a tool thread to wait on, not this one)."""
+        batch = self._take(None)
+        batch.urgent = True
+        durable = Durable()
+        batch.durables.append(durable)
+        self._writer.submit(batch)
+        self._writer.raise_failure()
+        return durable
 
     def close(self) -> None:
         """Commit everything still queued and free the writer."""
@@ -215,14 +246,18 @@ class _Writer:
     def _run(self) -> None:
         try:
             while batches := self._take_waiting():
+                batch, committed = _merged(batches), False
                 try:
                     if self.failure is None:
-                        self._commit_retrying(_merged(batches))
+                        self._commit_retrying(batch)
+                        committed = True
                 except BaseException as error:
                     # Nothing after a failed batch may be written: the run's log stays a prefix.
                     self.failure = error
                     connections.close_all()  # a broken connection is not reused
                 finally:
+                    for durable in batch.durables:
+                        durable.settle(committed=committed)
                     for _ in batches:
                         self._queue.task_done()
         finally:
@@ -356,6 +391,7 @@ def _merged(batches: list[Batch]) -> Batch:
         merged.approvals += batch.approvals
         merged.questions += batch.questions
         merged.run_fields.update(batch.run_fields)
+        merged.durables += batch.durables
     merged.steps = list(steps.values())
     return merged
 

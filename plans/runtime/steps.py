@@ -50,7 +50,7 @@ from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_request,
 )
-from plans.runtime.recorder import record_late_tool_call
+from plans.runtime.recorder import Durable, record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.runtime.worker import waiting, waiting_group
 from plans.services.plans import (
@@ -113,6 +113,22 @@ def invoke_tool(
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+
+
+def invoke_once_recorded(
+    durable: Durable | None,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    key: str,
+    approval: Approval | None,
+    step_pk: int,
+) -> ToolOutcome:
+    """invoke_tool once the commit holding the call's start is made (durable None: at once);
+    never if it fails, which ends the advance (so this outcome is never recorded)."""
+    if durable is not None and not durable.wait():
+        return ToolOutcome(None, "not called: its start was not recorded", key, timezone.now(), 0)
+    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk)
 
 
 def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:
@@ -527,25 +543,25 @@ class StepsExecution:
         self.starting.append((step, spec, args, key, approval))
 
     def _start_launched(self, pool: ToolThreads) -> None:
-        """Call the tools of the steps just launched, once their attempts are on record.
+        """Call the tools of the steps just launched, each once its attempt is on record.
 
-        One flush for everything launched together: the audit never misses a call that
-        happened (a destructive one's attempt and key, an impure read's step_started), and a
-        lost connection or lease is found before any of them starts, not after. Pure calls
-        alone are not waited for: calling one again is harmless, and the wait would be most
-        of a short pure step's cost.
+        One commit for everything launched together, handed to the recorder at once: the
+        calls' threads wait for it, this one does not. So the audit never misses a call that
+        happened (a destructive call's attempt and key, an impure read's step_started), and a
+        lost lease or database stops every call of the round before it starts. Pure calls do
+        not wait: calling one again is harmless, and the wait is most of a short one's cost.
         """
         starting, self.starting = self.starting, []
         if not starting:
             return
+        durable = None
         if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
-            self.recorder.flush(wait=True)
-            if self.lease.past_deadline():
-                raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} is past its deadline")
+            durable = self.recorder.flush_durable()
         for step, spec, args, key, approval in starting:
             timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
             call = pool.submit(
-                invoke_tool,
+                invoke_once_recorded,
+                None if spec.pure and not spec.destructive else durable,
                 spec,
                 args,
                 key=key,
