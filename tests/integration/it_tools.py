@@ -98,3 +98,10 @@ def sever(spare: int, label: str) -> str:
         )
     tally(label)
     return label
+
+
+@tool
+def open_gate(name: str) -> str:
+    """Open the gate (a step's way to tell the test it got this far); return its name."""
+    gate_open(name)
+    return name

@@ -4,7 +4,11 @@ database fails hands its run over rather than failing it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,9 +24,69 @@ from plans.models import Run, RunEvent, Step, ToolCall
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests.integration.conftest import postgres_settings, service_url
-from tests.integration.it_tools import calls_made
+from tests.integration.it_tools import calls_made, gates_dir
 
 pytestmark = pytest.mark.services
+
+
+class CommitAnswerLost:
+    """A TCP relay to PostgreSQL that, once its gate file exists, lets the next COMMIT reach
+    the server but loses the server's answer (it cuts the client off after the server has
+    committed), as a network cut at that moment would."""
+
+    def __init__(self, host: str, port: int, gate: Path) -> None:
+        self.upstream = (host, port)
+        self.gate = gate
+        self.cuts = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            cut = threading.Event()
+            threading.Thread(
+                target=self._to_server, args=(client, server, cut), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._to_client, args=(server, client, cut), daemon=True
+            ).start()
+
+    def _to_server(
+        self, client: socket.socket, server: socket.socket, cut: threading.Event
+    ) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if b"COMMIT" in data and self.gate.exists():
+                    self.gate.unlink()
+                    cut.set()
+                server.sendall(data)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+
+    def _to_client(
+        self, server: socket.socket, client: socket.socket, cut: threading.Event
+    ) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if cut.is_set() and b"COMMIT\x00" in data:
+                    # The server said it committed: the client never hears it.
+                    self.cuts += 1
+                    for end in (client, server):
+                        end.shutdown(socket.SHUT_RDWR)  # wakes the other direction's recv
+                        end.close()
+                    return
+                client.sendall(data)
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_WR)
 
 
 @pytest.fixture
@@ -114,3 +178,41 @@ def test_a_kept_connection_dropped_while_idle_is_replaced_before_its_next_use(
 
     assert "the test: its database connection was lost while idle" in caplog.text
     assert backend_pid() != dropped  # a new session, and the query did not fail
+
+
+def test_a_commit_whose_answer_was_lost_is_found_done_and_not_written_again(
+    pg_database, this_process_on, settings, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("AGENTSITE_IT_GATES", str(tmp_path / "gates"))
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+    database = postgres_settings(pg_database)
+    relay = CommitAnswerLost(database["HOST"], int(database["PORT"]), gates_dir() / "cut")
+    try:
+        with this_process_on({**database, "HOST": "127.0.0.1", "PORT": str(relay.port)}):
+            call_command("migrate", verbosity=0)
+            author = get_user_model().objects.create_user("pg-author")
+            # Step 2 opens the gate: the next COMMIT is the recorder's, of step 2's end and
+            # step 3's start, which the server takes and whose answer is lost.
+            plan = {
+                "steps": [
+                    {"id": 1, "tool": "tally", "args": {"label": "first"}},
+                    {"id": 2, "tool": "open_gate", "args": {"name": "cut"}, "depends_on": [1]},
+                    {"id": 3, "tool": "tally", "args": {"label": "after"}, "depends_on": [2]},
+                ]
+            }
+            run = run_create(author=author, goal_text="g", plan_data=plan)
+            caplog.set_level(logging.WARNING, logger="plans.runtime.recorder")
+
+            assert advance_run(run.pk) == Run.Status.COMPLETED
+
+            assert relay.cuts == 1
+            assert "the commit in doubt had happened" in caplog.text
+            assert calls_made() == ["first", "after"]
+            events = RunEvent.objects.filter(run=run).order_by("seq")
+            seqs = [event.seq for event in events]
+            assert seqs == list(range(1, len(seqs) + 1))
+            started = [e.payload["step"] for e in events if e.kind == "step_started"]
+            finished = [e.payload["step"] for e in events if e.kind == "step_finished"]
+            assert started == finished == [1, 2, 3]  # nothing written twice
+    finally:
+        relay.close()
