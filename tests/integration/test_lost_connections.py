@@ -30,9 +30,10 @@ pytestmark = pytest.mark.services
 
 
 class CommitAnswerLost:
-    """A TCP relay to PostgreSQL that, once its gate file exists, lets the next COMMIT reach
-    the server but loses the server's answer (it cuts the client off after the server has
-    committed), as a network cut at that moment would."""
+    """A TCP relay to PostgreSQL that, once its gate file exists, lets the next COMMIT of a
+    transaction that appends run events (the recorder's) reach the server but loses the
+    server's answer: it cuts the client off after the server committed, as a network cut at
+    that moment would."""
 
     def __init__(self, host: str, port: int, gate: Path) -> None:
         self.upstream = (host, port)
@@ -63,11 +64,15 @@ class CommitAnswerLost:
     def _to_server(
         self, client: socket.socket, server: socket.socket, cut: threading.Event
     ) -> None:
+        appends = False  # this connection's transaction inserts run events: the recorder's
         with contextlib.suppress(OSError):
             while data := client.recv(65536):
-                if b"COMMIT" in data and self.gate.exists():
-                    self.gate.unlink()
-                    cut.set()
+                appends = appends or b"plans_runevent" in data
+                if b"COMMIT" in data:
+                    if appends and self.gate.exists():
+                        self.gate.unlink()
+                        cut.set()
+                    appends = False
                 server.sendall(data)
         with contextlib.suppress(OSError):
             server.shutdown(socket.SHUT_WR)
@@ -188,7 +193,10 @@ def test_a_commit_whose_answer_was_lost_is_found_done_and_not_written_again(
     database = postgres_settings(pg_database)
     relay = CommitAnswerLost(database["HOST"], int(database["PORT"]), gates_dir() / "cut")
     try:
-        with this_process_on({**database, "HOST": "127.0.0.1", "PORT": str(relay.port)}):
+        # Statements as text, never prepared by name: the relay reads which table they touch.
+        through_relay = {"HOST": "127.0.0.1", "PORT": str(relay.port)}
+        options = {"OPTIONS": {"prepare_threshold": None}}
+        with this_process_on({**database, **through_relay, **options}):
             call_command("migrate", verbosity=0)
             author = get_user_model().objects.create_user("pg-author")
             # Step 2 opens the gate: the next COMMIT is the recorder's, of step 2's end and
@@ -203,8 +211,13 @@ def test_a_commit_whose_answer_was_lost_is_found_done_and_not_written_again(
             run = run_create(author=author, goal_text="g", plan_data=plan)
             caplog.set_level(logging.WARNING, logger="plans.runtime.recorder")
 
-            assert advance_run(run.pk) == Run.Status.COMPLETED
+            # On a thread of its own: its recorder is new, and connects through the relay.
+            outcome: list[str] = []
+            advancing = threading.Thread(target=lambda: outcome.append(advance_run(run.pk)))
+            advancing.start()
+            advancing.join(60)
 
+            assert outcome == [Run.Status.COMPLETED]
             assert relay.cuts == 1
             assert "the commit in doubt had happened" in caplog.text
             assert calls_made() == ["first", "after"]
