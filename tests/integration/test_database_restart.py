@@ -100,8 +100,14 @@ def test_a_database_restart_between_runs_costs_the_next_run_nothing(
         second = started("after")
         wait_until(lambda: completed(second), timeout=60, what="the second run")
 
+        tasks = DBTaskResult.objects.filter(args_kwargs__args=[second.pk])
+        # The run's last commit comes a moment before its task's outcome is recorded.
+        wait_until(
+            lambda: not tasks.filter(status=TaskResultStatus.RUNNING).exists(),
+            what="the second run's task to be recorded",
+        )
         assert not DBTaskResult.objects.filter(status=TaskResultStatus.FAILED).exists()
-        (task,) = DBTaskResult.objects.filter(args_kwargs__args=[second.pk])
+        (task,) = tasks
         assert task.status == TaskResultStatus.SUCCESSFUL
         assert task.return_value == Run.Status.COMPLETED
         assert task.worker_ids[0].startswith("it-")
