@@ -50,7 +50,7 @@ from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_request,
 )
-from plans.runtime.recorder import record_late_tool_call
+from plans.runtime.recorder import Durable, record_late_tool_call
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.runtime.worker import waiting, waiting_group
 from plans.services.plans import (
@@ -113,6 +113,22 @@ def invoke_tool(
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+
+
+def invoke_once_recorded(
+    durable: Durable | None,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    key: str,
+    approval: Approval | None,
+    step_pk: int,
+) -> ToolOutcome:
+    """invoke_tool once the commit holding the call's start is made (durable None: at once);
+    never if it fails, which ends the advance (so this outcome is never recorded)."""
+    if durable is not None and not durable.wait():
+        return ToolOutcome(None, "not called: its start was not recorded", key, timezone.now(), 0)
+    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk)
 
 
 def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:
@@ -228,6 +244,8 @@ class StepsExecution:
         self.carried: set[int] = set()  # steps holding an earlier version's key, not yet called
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
+        # Steps launched but not yet called: (step, spec, args, key, approval).
+        self.starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]] = []
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
         for step in steps.values():
@@ -322,9 +340,11 @@ class StepsExecution:
                 if ready and self.advancer.cancel_recorded():
                     for step_id in ready:
                         self.scheduler.release(step_id)
+                    self._start_launched(pool)  # retries due, already on record as started
                     continue
                 for step_id in ready:
                     self._launch(step_id, pool)
+                self._start_launched(pool)
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
             if not self.inflight and not self.retries:
@@ -520,22 +540,38 @@ class StepsExecution:
             attempt=step.attempts,
             args=args,
         )
-        if spec.destructive:
-            # The attempt is on record before the side effect can happen.
-            self.recorder.flush(wait=True)
-        timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-        call = pool.submit(
-            invoke_tool,
-            spec,
-            args,
-            key=key,
-            approval=approval,
-            step_pk=step.pk,
-            reply=self._reply,
-        )
-        self.inflight[call] = step.step_id
-        self.calls[step.step_id] = (spec, args, approval)
-        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
+        self.starting.append((step, spec, args, key, approval))
+
+    def _start_launched(self, pool: ToolThreads) -> None:
+        """Call the tools of the steps just launched, each once its attempt is on record.
+
+        One commit for everything launched together, handed to the recorder at once: the
+        calls' threads wait for it, this one does not. So the audit never misses a call that
+        happened (a destructive call's attempt and key, an impure read's step_started), and a
+        lost lease or database stops every call of the round before it starts. Pure calls do
+        not wait: calling one again is harmless, and the wait is most of a short one's cost.
+        """
+        starting, self.starting = self.starting, []
+        if not starting:
+            return
+        durable = None
+        if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
+            durable = self.recorder.flush_durable()
+        for step, spec, args, key, approval in starting:
+            timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            call = pool.submit(
+                invoke_once_recorded,
+                None if spec.pure and not spec.destructive else durable,
+                spec,
+                args,
+                key=key,
+                approval=approval,
+                step_pk=step.pk,
+                reply=self._reply,
+            )
+            self.inflight[call] = step.step_id
+            self.calls[step.step_id] = (spec, args, approval)
+            heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _call_key(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> str:
         """The idempotency key: one per run and call, and a fresh one for an approved repeat.
@@ -642,6 +678,7 @@ class StepsExecution:
         for step_id in decided[: max(room, 0)]:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
+        self._start_launched(pool)
         return bool(decided)
 
     def _park(self) -> bool:
