@@ -23,6 +23,8 @@ services_start() {
     --daemonize yes --pidfile "$SERVICES_DIR/redis.pid" --logfile "$SERVICES_DIR/redis.log"
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export AGENTSITE_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+  # For the tests that restart the server (pg_ctl -D "$AGENTSITE_TEST_PG_DATA" restart).
+  export AGENTSITE_TEST_PG_DATA="$SERVICES_DIR/pg" AGENTSITE_TEST_PG_BIN="$pg_bin"
   export AGENTSITE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
   echo "services: PostgreSQL on 127.0.0.1:$PG_PORT, Redis on 127.0.0.1:$REDIS_PORT" >&2
 }

@@ -11,3 +11,12 @@ def bench_sleep(ms: float, tag: int = 0) -> float:
     if ms > 0:
         time.sleep(ms / 1000)
     return ms
+
+
+@tool(pure=True)
+def bench_sleep_pure(ms: float, tag: int = 0) -> float:
+    """bench_sleep declared pure (./dev bench --pure): its calls do not wait for their
+    step_started to be committed."""
+    if ms > 0:
+        time.sleep(ms / 1000)
+    return ms

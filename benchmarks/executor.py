@@ -6,6 +6,7 @@ medians and ratios for the README and the issue notes.
 
     ./dev bench                 # every shape, default repeats
     ./dev bench --repeats 3 --shapes diamond,wide
+    ./dev bench --pure          # the same with a tool declared pure
 """
 
 from __future__ import annotations
@@ -53,9 +54,14 @@ def layered(ms: Callable[[int], float], *, layers: int = 20, width: int = 25) ->
     return steps
 
 
+# bench_sleep is impure, as a tool is unless it says otherwise: each call starts once its
+# step_started is committed. --pure runs bench_sleep_pure, whose calls do not wait.
+TOOL = "bench_sleep"
+
+
 def _step(step_id: int, deps: list[int], ms: float) -> dict:
     args = {"ms": ms, "tag": step_id}
-    return {"id": step_id, "tool": "bench_sleep", "args": args, "depends_on": deps}
+    return {"id": step_id, "tool": TOOL, "args": args, "depends_on": deps}
 
 
 def fixed(ms: float) -> Callable[[int], float]:
@@ -166,7 +172,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--pure", action="store_true", help="steps of a tool declared pure")
     args = parser.parse_args()
+    global TOOL
+    TOOL = "bench_sleep_pure" if args.pure else "bench_sleep"
 
     with tempfile.TemporaryDirectory(prefix="agentsite-bench-") as db_dir:
         setup_django(db_dir)

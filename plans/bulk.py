@@ -1,5 +1,6 @@
 """Prepared SQL for hot paths (the executor, the notifier, the costs rollup, bulk loads):
-many-row inserts and updates, fenced updates, simple loads.
+many-row inserts and updates, fenced updates, simple loads; and the check of a connection a
+long-lived thread keeps between uses (KeptConnection).
 
 The ORM builds and compiles a query (or a model instance per row) on every call; on the
 executor's path that costs far more than the database does (~400 us against ~20 us here).
@@ -12,16 +13,25 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import operator
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
-from django.db import connections, models, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 
+logger = logging.getLogger(__name__)
+
 Prepare = Callable[[Any, BaseDatabaseWrapper], Any]
+
+# A kept connection idle this long is checked (SELECT 1) before its next use: a server that
+# restarted meanwhile is found then, not by the write that needed it. Busier connections are
+# not checked (a failure there is a lost connection, which their users retry).
+IDLE_CHECK_S = 1.0
 
 # Columns whose database value is the Python value itself when it is one of _PASS_THROUGH.
 _PLAIN_FIELDS = (models.CharField, models.TextField, models.IntegerField, models.BooleanField)
@@ -396,3 +406,63 @@ def _field_name(meta: Any, attname: str) -> str:
         if field.attname == attname:
             return field.name
     raise ValueError(f"{meta.label} has no column attribute {attname!r}")
+
+
+def connection_used(alias: str = DEFAULT_DB_ALIAS) -> Any:
+    """This thread's driver connection, opened if need be: pass it to connection_lost() if
+    what follows fails."""
+    wrapper = connections[alias]
+    wrapper.ensure_connection()
+    return wrapper.connection
+
+
+def connection_lost(alias: str = DEFAULT_DB_ALIAS, *, used: Any = None) -> bool:
+    """Whether this thread's connection is gone: closed, replaced since `used` (Django drops a
+    connection whose rollback failed, and the end of the atomic block may open the next), or
+    no longer answering (then it is closed, so the next query opens a new one)."""
+    wrapper = connections[alias]
+    if wrapper.connection is None or (used is not None and wrapper.connection is not used):
+        return True
+    if wrapper.in_atomic_block or wrapper.is_usable():
+        return False
+    wrapper.close()
+    return True
+
+
+def connection_wait(until: float, *, every: float = 0.2, alias: str = DEFAULT_DB_ALIAS) -> bool:
+    """Reconnect this thread, trying every `every` seconds until monotonic time `until`;
+    whether it is connected (the server is back)."""
+    while True:
+        connections[alias].close()
+        try:
+            connections[alias].ensure_connection()
+            return True
+        except DatabaseError:
+            if time.monotonic() + every >= until:
+                return False
+            time.sleep(every)
+
+
+class KeptConnection:
+    """A thread's connection kept between uses (a writer, the lease keeper, the sweeper, the
+    notifier): before a use after IDLE_CHECK_S idle, a dead one is replaced.
+
+    Django checks connections around requests only (CONN_HEALTH_CHECKS); these threads have
+    none, so a connection the server dropped while idle (a restart, a failover) would
+    otherwise fail the first write of the next run.
+    """
+
+    def __init__(self, owner: str, alias: str = DEFAULT_DB_ALIAS) -> None:
+        self.owner = owner
+        self.alias = alias
+        self._used_at: float | None = None
+
+    def check(self, *, always: bool = False) -> None:
+        """Call before each use, on the thread that uses the connection (always: even if it
+        was used within IDLE_CHECK_S)."""
+        now = time.monotonic()
+        idle = self._used_at is not None and (always or now - self._used_at >= IDLE_CHECK_S)
+        self._used_at = now
+        wrapper = connections[self.alias]
+        if idle and wrapper.connection is not None and connection_lost(self.alias):
+            logger.info("%s: its database connection was lost while idle; reconnecting", self.owner)

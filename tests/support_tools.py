@@ -148,3 +148,16 @@ def tracked_charge(label: str, idempotency_key: str) -> str:
     """A destructive call that takes a moment, counted among the tracked calls running at once."""
     _run_tracked(0.1)
     return label
+
+
+@tool
+def sees_its_start(label: str) -> bool:
+    """Whether the step_started of this very call (by its label) is committed already."""
+    from django.db import connection
+
+    from plans.models import RunEvent
+
+    try:
+        return RunEvent.objects.filter(kind="step_started", payload__args__label=label).exists()
+    finally:
+        connection.close()

@@ -113,7 +113,7 @@ def append_events(
         events.append({"run": run_id, "seq": seq, "kind": kind, "payload": payload, "at": at})
     insert_rows(RunEvent, rows)
     update_rows(Run, [{"id": run_id, "last_event_hash": rows[-1]["hash"]}], ["last_event_hash"])
-    transaction.on_commit(lambda: _committed(run_id, events))
+    transaction.on_commit(lambda: announce_committed(run_id, events))
     return events, cancel_requested
 
 
@@ -248,7 +248,9 @@ def on_events_committed(listener: EventsListener) -> None:
         _listeners.append(listener)
 
 
-def _committed(run_id: int, events: list[dict[str, Any]]) -> None:
+def announce_committed(run_id: int, events: list[dict[str, Any]]) -> None:
+    """Publish committed events and tell the listeners (after commit, or once a commit whose
+    answer was lost is known to have happened)."""
     publish_events(run_id, events)
     for listener in _listeners:
         try:

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 
-from plans.bulk import column_sql
+from plans.bulk import KeptConnection, column_sql, connection_lost
 from plans.models import Run
 
 logger = logging.getLogger(__name__)
@@ -146,16 +146,17 @@ def leases_held() -> list[Lease]:
 
 def leases_hand_over() -> list[int]:
     """Expire every lease this process holds now, so other workers need not wait them out."""
-    handed = []
+    return [lease.run_id for lease in leases_held() if lease_hand_over(lease)]
+
+
+def lease_hand_over(lease: Lease) -> bool:
+    """Expire the lease now if it is still held, so another worker may take the run at once."""
+    lease.lost.set()
     now = timezone.now()
-    for lease in leases_held():
-        lease.lost.set()
-        expired = Run.objects.filter(
-            pk=lease.run_id, lease_token=lease.token, lease_expires_at__gt=now
-        ).update(lease_expires_at=now)
-        if expired:
-            handed.append(lease.run_id)
-    return handed
+    expired = Run.objects.filter(
+        pk=lease.run_id, lease_token=lease.token, lease_expires_at__gt=now
+    ).update(lease_expires_at=now)
+    return expired == 1
 
 
 class Heartbeat:
@@ -185,6 +186,7 @@ class _LeaseKeeper:
         self._changed = threading.Condition(_held_lock)
         self._due: dict[uuid.UUID, float] = {}  # token -> monotonic time of its next renewal
         self._thread: threading.Thread | None = None
+        self._connection = KeptConnection("the lease keeper")
 
     def hold(self, lease: Lease) -> None:
         with self._changed:
@@ -203,6 +205,7 @@ class _LeaseKeeper:
     def _keep(self) -> None:
         try:
             while due := self._wait_for_due():
+                self._connection.check()
                 for lease in due:
                     if lease.released or lease.lost.is_set() or not self._renew_or_retry(lease):
                         self.let_go(lease)  # nothing more to keep; Heartbeat's exit is a no-op
@@ -217,7 +220,12 @@ class _LeaseKeeper:
     def _renew_or_retry(lease: Lease) -> bool:
         """Renew the lease; False once it is lost. A failed renewal is kept for its next turn."""
         try:
-            return lease_renew(lease)
+            try:
+                return lease_renew(lease)
+            except Exception:
+                if not connection_lost():
+                    raise
+                return lease_renew(lease)  # dropped since its check: once more, reconnected
         except Exception as error:
             # A locked or unreachable database must neither end the keeper, which renews every
             # lease of the process, nor give up a lease that may still be valid; one that

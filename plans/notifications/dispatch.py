@@ -18,9 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 from django.utils import timezone
 
+from plans.bulk import KeptConnection
 from plans.journal.events import on_events_committed
 from plans.notifications.catalog import NOTIFYING_KINDS
 from plans.notifications.deliveries import (
@@ -32,6 +39,8 @@ from plans.notifications.deliveries import (
 from plans.notifications.models import Delivery
 
 logger = logging.getLogger(__name__)
+
+Batch = tuple[int, list[dict[str, Any]]]  # a run's committed events
 
 
 class Notifier:
@@ -107,6 +116,9 @@ class Notifier:
 
     def _serve(self) -> None:
         poll_s = settings.AGENTSITE_NOTIFY_POLL_S
+        # The thread keeps its connection between rounds (one per process, as the lease
+        # keeper does); one the server dropped while it idled is replaced before the round.
+        kept = KeptConnection("the notifier")
         while not self._stopping.is_set():
             try:
                 item = self._events.get(timeout=poll_s)
@@ -124,20 +136,35 @@ class Notifier:
                         batches.append(more)
                     else:
                         look = True
-                for run_id, events in batches:
-                    if deliveries_for_events(run_id, events):
-                        look = True
-                # Most committed events call for nothing: then there is nothing new to send,
-                # and the executor's threads keep the interpreter and the database to themselves.
-                if look and not self._stopping.is_set():
-                    self._send_due()
+                # Events are checked for even a second after the last round: a connection
+                # lost in the middle of their round could lose their notifications.
+                kept.check(always=bool(batches))
+                self._round_or_wait(batches, look=look)
             except Exception:
                 logger.exception("the notifier failed a round; it goes on")
                 close_old_connections()
-            else:
-                # The thread keeps its connection between rounds (one per process, as the
-                # lease keeper does); one past its age or broken is replaced.
-                close_old_connections_if_stale()
+
+    def _round_or_wait(self, batches: list[Batch], *, look: bool) -> None:
+        """A round, once connected; with the database away, its events wait on the queue for
+        the next round rather than being dropped (nothing of theirs was written yet)."""
+        try:
+            connections[DEFAULT_DB_ALIAS].ensure_connection()
+        except (OperationalError, InterfaceError) as error:
+            logger.warning("the notifier cannot reach the database (%s); its events wait", error)
+            for batch in batches:
+                self._events.put(batch)
+            self._stopping.wait(settings.AGENTSITE_NOTIFY_POLL_S)
+            return
+        self._round(batches, look=look)
+
+    def _round(self, batches: list[Batch], *, look: bool) -> None:
+        for run_id, events in batches:
+            if deliveries_for_events(run_id, events):
+                look = True
+        # Most committed events call for nothing: then there is nothing new to send, and the
+        # executor's threads keep the interpreter and the database to themselves.
+        if look and not self._stopping.is_set():
+            self._send_due()
 
     def _send_due(self) -> None:
         now = timezone.now()
@@ -177,12 +204,6 @@ class Notifier:
                 self._in_flight_ids.discard(delivery.pk)
             if not self._stopping.is_set():
                 self._events.put(None)  # a slot is free: look again
-
-
-def close_old_connections_if_stale() -> None:
-    """Close the thread's connection only if it is broken (CONN_MAX_AGE 0 closes it always)."""
-    if connection.connection is not None and not connection.is_usable():
-        connection.close()
 
 
 def _target(delivery: Delivery) -> str:

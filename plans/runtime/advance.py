@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from plans.bulk import field_value, rows_where
+from plans.bulk import connection_wait, field_value, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
@@ -27,7 +28,8 @@ from plans.engine.citations import answer_check
 from plans.guards.budgets import author_daily_problem, rate_limit_wait
 from plans.guards.redaction import redact
 from plans.journal.events import LeaseLost, append_events, publish_text
-from plans.journal.leases import Heartbeat, Lease, lease_acquire, lease_release
+from plans.journal.leases import Heartbeat, Lease, lease_acquire, lease_hand_over, lease_release
+from plans.journal.tasks import advance_run_task
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
@@ -49,10 +51,20 @@ from plans.tools import get_registry
 
 logger = logging.getLogger(__name__)
 
+# A run handed over after a database failure is queued again this much later.
+HAND_OVER_DELAY_S = 1.0
+
 
 def advance_run(run_id: int) -> str:
     """Advance the run as far as it can go; returns its status afterwards (or 'busy')."""
-    lease = lease_acquire(run_id)
+    try:
+        lease = lease_acquire(run_id)
+    except (OperationalError, InterfaceError) as error:
+        logger.warning(
+            "run %s: the database failed its lease (%s); left to the sweeper", run_id, error
+        )
+        connections.close_all()
+        return "handed_over"
     if lease is None:
         return "busy"
     try:
@@ -65,8 +77,12 @@ def advance_run(run_id: int) -> str:
     except LeaseLost:
         logger.warning("run %s: lease lost; another worker carries on", run_id)
         return "lease_lost"
-    except (OperationalError, InterfaceError):
-        raise  # the database went away: the run is taken up again once it is back
+    except (OperationalError, InterfaceError) as error:
+        # The database, not the run: nothing here says the run is wrong, so it is handed over
+        # (its task is not a failure) and taken up again once the database answers.
+        logger.warning("run %s: the database failed its advance (%s); handed over", run_id, error)
+        _hand_over(lease)
+        return "handed_over"
     except Exception as error:
         # Anything else would happen again on every take-up (a value the database refuses, a
         # bug): the run ends here, saying why, rather than being retried for ever.
@@ -74,7 +90,31 @@ def advance_run(run_id: int) -> str:
         return _end_after_crash(lease, error)
     finally:
         if not lease.released:
-            lease_release(lease)
+            try:
+                lease_release(lease)
+            except (OperationalError, InterfaceError) as error:
+                # Its run is safe: the lease runs out by itself and the sweeper takes it up.
+                logger.warning("run %s: lease not released (%s)", run_id, error)
+                connections.close_all()
+
+
+def _hand_over(lease: Lease) -> None:
+    """Expire the lease and queue the run again, once the database answers; if it is still away
+    at the lease's deadline, the lease runs out and the sweeper queues the run."""
+    connections.close_all()
+    lease.released = True  # handed over, not released: its token stays, expired
+    task = advance_run_task
+    # A blip: the server is back within the lease, and the task's outcome can be recorded.
+    connection_wait(lease.valid_until)
+    try:
+        with transaction.atomic():
+            if lease_hand_over(lease) and task.get_backend().supports_defer:
+                # Shortly, not at once: the database may still be coming back.
+                run_after = timezone.now() + timedelta(seconds=HAND_OVER_DELAY_S)
+                task.using(run_after=run_after).enqueue(lease.run_id)
+    except (OperationalError, InterfaceError) as error:
+        logger.warning("run %s: left to the sweeper (%s)", lease.run_id, error)
+        connections.close_all()
 
 
 def _end_after_crash(lease: Lease, error: Exception) -> str:

@@ -33,7 +33,7 @@ from plans.runtime.gate import (
     approval_request,
 )
 from plans.runtime.steps_state import StepsState
-from plans.runtime.tool_calls import ToolOutcome, invoke_tool, reconcile_call
+from plans.runtime.tool_calls import ToolOutcome, invoke_once_recorded, reconcile_call
 from plans.runtime.tool_threads import Call, ToolThreads
 from plans.services.questions import question_expired_error
 from plans.tools import ToolSpec
@@ -205,22 +205,38 @@ class Launching(StepsState):
             attempt=step.attempts,
             args=args,
         )
-        if spec.destructive:
-            # The attempt is on record before the side effect can happen.
-            self.recorder.flush(wait=True)
-        timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-        call = pool.submit(
-            invoke_tool,
-            spec,
-            args,
-            key=key,
-            approval=approval,
-            step_pk=step.pk,
-            reply=self._reply,
-        )
-        self.inflight[call] = step.step_id
-        self.calls[step.step_id] = (spec, args, approval)
-        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
+        self.starting.append((step, spec, args, key, approval))
+
+    def _start_launched(self, pool: ToolThreads) -> None:
+        """Call the tools of the steps just launched, each once its attempt is on record.
+
+        One commit for everything launched together, handed to the recorder at once: the
+        calls' threads wait for it, this one does not. So the audit never misses a call that
+        happened (a destructive call's attempt and key, an impure read's step_started), and a
+        lost lease or database stops every call of the round before it starts. Pure calls do
+        not wait: calling one again is harmless, and the wait is most of a short one's cost.
+        """
+        starting, self.starting = self.starting, []
+        if not starting:
+            return
+        durable = None
+        if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
+            durable = self.recorder.flush_durable()
+        for step, spec, args, key, approval in starting:
+            timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            call = pool.submit(
+                invoke_once_recorded,
+                None if spec.pure and not spec.destructive else durable,
+                spec,
+                args,
+                key=key,
+                approval=approval,
+                step_pk=step.pk,
+                reply=self._reply,
+            )
+            self.inflight[call] = step.step_id
+            self.calls[step.step_id] = (spec, args, approval)
+            heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
         self.awaiting[step.step_id] = args
@@ -304,6 +320,7 @@ class Launching(StepsState):
         for step_id in decided[: max(room, 0)]:
             del self.awaiting[step_id]
             self._launch(step_id, pool)
+        self._start_launched(pool)
         return bool(decided)
 
     def _park(self) -> bool:

@@ -8,6 +8,7 @@ before a side effect, before parking, at the end.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -16,21 +17,30 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from plans.bulk import JSONText, insert_rows, update_rows
+from plans.bulk import (
+    JSONText,
+    KeptConnection,
+    connection_lost,
+    connection_used,
+    connection_wait,
+    insert_rows,
+    update_rows,
+)
 from plans.guards.redaction import redact, redacted_json
-from plans.journal.events import append_events
+from plans.journal.events import LeaseLost, announce_committed, append_events
 from plans.journal.leases import Lease
 from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
-from plans.models import Approval, HumanQuestion, ModelCall, Step, ToolCall
+from plans.models import Approval, HumanQuestion, ModelCall, RunEvent, Step, ToolCall
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
 
 # A writer thread with nothing to commit for this long exits and closes its connection.
 IDLE_EXIT_S = 30.0
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +56,26 @@ class Batch:
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
     urgent: bool = False  # someone waits for it: commit without waiting for more
+    durables: list[Durable] = field(default_factory=list)  # told once it is committed (or not)
+
+
+class Durable:
+    """Whether a batch handed to the writer is committed: wait() blocks until that is known."""
+
+    __slots__ = ("_known", "committed")
+
+    def __init__(self) -> None:
+        self._known = threading.Event()
+        self.committed = False
+
+    def settle(self, *, committed: bool) -> None:
+        self.committed = committed
+        self._known.set()
+
+    def wait(self) -> bool:
+        """True once committed; False if it never will be (the writer failed)."""
+        self._known.wait()
+        return self.committed
 
 
 class RunRecorder:
@@ -123,6 +153,17 @@ class RunRecorder:
         self._writer.raise_failure()
         return self._writer.cancel_requested
 
+    def flush_durable(self) -> Durable:
+        """Hand over what was collected to be committed at once; without waiting for it, the
+        returned Durable tells when it is (for a tool thread to wait on, not this one)."""
+        batch = self._take(None)
+        batch.urgent = True
+        durable = Durable()
+        batch.durables.append(durable)
+        self._writer.submit(batch)
+        self._writer.raise_failure()
+        return durable
+
     def close(self) -> None:
         """Commit everything still queued and free the writer."""
         self._writer.end()
@@ -163,6 +204,11 @@ class _Writer:
         self._queue: queue.Queue[Batch] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._connection = KeptConnection("the recorder")
+        # Within the attempt being committed: the events it appended, and whether it reached
+        # COMMIT (a commit whose answer was lost may have happened).
+        self._appended: list[dict[str, Any]] = []
+        self._at_commit = False
 
     @classmethod
     def begin(cls, lease: Lease) -> _Writer:
@@ -200,14 +246,18 @@ class _Writer:
     def _run(self) -> None:
         try:
             while batches := self._take_waiting():
+                batch, committed = _merged(batches), False
                 try:
                     if self.failure is None:
-                        self._commit(_merged(batches))
+                        self._commit_retrying(batch)
+                        committed = True
                 except BaseException as error:
                     # Nothing after a failed batch may be written: the run's log stays a prefix.
                     self.failure = error
                     connections.close_all()  # a broken connection is not reused
                 finally:
+                    for durable in batch.durables:
+                        durable.settle(committed=committed)
                     for _ in batches:
                         self._queue.task_done()
         finally:
@@ -239,9 +289,54 @@ class _Writer:
             batches.append(self._queue.get_nowait())
         return batches
 
+    def _commit_retrying(self, batch: Batch) -> None:
+        """Commit the batch; on a lost connection, reconnect and try once more (in the lease).
+
+        No retry can write a batch twice. A failed transaction was rolled back as a whole, so a
+        second attempt starts clean: it allocates the next seqs (the UPDATE of the run row,
+        fenced by the lease) and chains onto whatever hash is then the last. Only a failure of
+        COMMIT itself is in doubt (the server may have committed and its answer been lost):
+        then the batch's last event decides. (run, seq) is unique, and nothing but this writer
+        writes under this lease's token, so an event at that seq with this token is this very
+        batch, committed; no such event means the transaction (events included) never was. A
+        batch in doubt without events has no such witness, and is not retried: the advance ends
+        and another take-up reads what the database holds.
+        """
+        lease = self.lease
+        assert lease is not None, "a batch was submitted outside begin() and end()"
+        self._connection.check()
+        used = None
+        try:
+            used = connection_used()
+            self._commit(batch)
+            return
+        except (OperationalError, InterfaceError) as error:
+            if used is not None and not connection_lost(used=used):
+                raise  # the server answered (a lock timeout, a deadlock): not retried here
+            logger.warning("run %s: the recorder lost its connection (%s)", lease.run_id, error)
+            lost, in_doubt, appended = error, self._at_commit, self._appended
+            connections.close_all()
+            if not connection_wait(lease.valid_until):
+                raise
+            if lease.lost.is_set():
+                raise LeaseLost(f"run {lease.run_id}: lease {lease.token} was lost") from error
+        if in_doubt:
+            if not appended:
+                raise lost
+            last = appended[-1]["seq"]
+            if RunEvent.objects.filter(
+                run_id=lease.run_id, seq=last, lease_token=lease.token
+            ).exists():
+                logger.warning("run %s: the commit in doubt had happened", lease.run_id)
+                announce_committed(lease.run_id, appended)
+                return
+        self._commit(batch)
+        logger.warning("run %s: the recorder's retry committed", lease.run_id)
+
     def _commit(self, batch: Batch) -> None:
         lease = self.lease
         assert lease is not None, "a batch was submitted outside begin() and end()"
+        self._appended, self._at_commit = [], False
         started = time.monotonic()
         fields = {
             "lease_expires_at": timezone.now() + timedelta(seconds=lease.seconds),
@@ -249,7 +344,7 @@ class _Writer:
         }
         with transaction.atomic():
             # Fence first: the run row stays locked until commit, and a lost lease writes nothing.
-            _, self.cancel_requested = append_events(
+            self._appended, self.cancel_requested = append_events(
                 lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
             )
             for names, rows in _by_fields(batch.steps).items():
@@ -275,6 +370,7 @@ class _Writer:
                 Approval.objects.bulk_create(batch.approvals)
             if batch.questions:
                 HumanQuestion.objects.bulk_create(batch.questions)
+            self._at_commit = True
         lease.extend_from(started)  # the fenced commit renewed the lease
 
 
@@ -295,6 +391,7 @@ def _merged(batches: list[Batch]) -> Batch:
         merged.approvals += batch.approvals
         merged.questions += batch.questions
         merged.run_fields.update(batch.run_fields)
+        merged.durables += batch.durables
     merged.steps = list(steps.values())
     return merged
 

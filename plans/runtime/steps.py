@@ -86,6 +86,8 @@ class StepsExecution(Launching, CallsInFlight):
         self.carried: set[int] = set()  # steps holding an earlier version's key, not yet called
         self.pool = tool_threads()
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
+        # Steps launched but not yet called: (step, spec, args, key, approval).
+        self.starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]] = []
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
         for step in steps.values():
@@ -131,9 +133,11 @@ class StepsExecution(Launching, CallsInFlight):
                 if ready and self.advancer.cancel_recorded():
                     for step_id in ready:
                         self.scheduler.release(step_id)
+                    self._start_launched(pool)  # retries due, already on record as started
                     continue
                 for step_id in ready:
                     self._launch(step_id, pool)
+                self._start_launched(pool)
             elif self.retries:
                 self._give_up_retries("the run was cancelled before the retry")
             if not self.inflight and not self.retries:

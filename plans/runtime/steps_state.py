@@ -84,6 +84,7 @@ class StepsState:
     carried: set[int]
     pool: ToolThreads
     awaiting: dict[int, dict[str, Any]]  # step id -> resolved args
+    starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]]  # not yet called
     round_left: dict[int, int]
     rounds_started: set[int]
 
@@ -102,6 +103,9 @@ class StepsState:
         raise NotImplementedError
 
     def _reply(self, call: Call) -> None:
+        raise NotImplementedError
+
+    def _start_launched(self, pool: ToolThreads) -> None:
         raise NotImplementedError
 
     def _remember(self, step: Step) -> None:

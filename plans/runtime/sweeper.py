@@ -24,6 +24,7 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
+from plans.bulk import KeptConnection, connection_lost, connection_used
 from plans.journal.leases import lease_seconds
 from plans.journal.tasks import advance_run_task
 from plans.models import Run, RunEvent
@@ -191,9 +192,21 @@ def start_sweeper_thread() -> threading.Event:
 
     def loop() -> None:
         delay = sweep_interval()
+        kept = KeptConnection("the sweeper")
         while not stop.wait(delay):
             try:
-                sweep_once()
+                kept.check()
+                used = None
+                try:
+                    used = connection_used()
+                    sweep_once()
+                except Exception as error:
+                    if used is None or not connection_lost(used=used):
+                        raise
+                    # Dropped since the check (a restart): once more, reconnected. A sweep is
+                    # one transaction, and queues only runs without a task.
+                    logger.warning("sweeper: connection lost (%s); sweeping again", error)
+                    sweep_once()
                 delay = sweep_delay()
             except Exception:
                 logger.exception("sweep failed")

@@ -24,6 +24,7 @@ from plans.models import Approval
 from plans.runtime.gate import (
     approval_is_valid_for_call,
 )
+from plans.runtime.recorder import Durable
 from plans.tools import ToolError, ToolSpec
 
 
@@ -69,6 +70,22 @@ def invoke_tool(
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
     return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+
+
+def invoke_once_recorded(
+    durable: Durable | None,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    key: str,
+    approval: Approval | None,
+    step_pk: int,
+) -> ToolOutcome:
+    """invoke_tool once the commit holding the call's start is made (durable None: at once);
+    never if it fails, which ends the advance (so this outcome is never recorded)."""
+    if durable is not None and not durable.wait():
+        return ToolOutcome(None, "not called: its start was not recorded", key, timezone.now(), 0)
+    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk)
 
 
 def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:

@@ -35,13 +35,15 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import is_locked_database_exception
 
-from plans.bulk import column_sql, rows_where
+from plans.bulk import column_sql, connection_lost, rows_where
 from plans.journal.wakeups import TASKS_CHANNEL, waker, wakeups_listen
 
 logger = logging.getLogger(__name__)
 
 # Without a wake-up, a worker looks for work this often.
 IDLE_POLL_S = 1.0
+# The LISTEN connection, quiet this long, is checked (a dropped one hears nothing).
+LISTEN_CHECK_S = 5.0
 # A spare worker thread (one started for a run that went waiting) with nothing to claim for
 # this long leaves, as long as another thread of its group is left to claim. Short: after a
 # burst of hundreds of runs, every idle spare would otherwise look for work (a write
@@ -285,13 +287,17 @@ class RunWorker(Worker):
     def _claim_or_none(self) -> DBTaskResult | None:
         # The thread keeps its connection (whatever CONN_MAX_AGE says, which is about
         # requests): reconnecting for every look would put a connection setup on every hand-off.
-        try:
-            return self._claim_next()
-        except Exception as error:
-            # One line, not a traceback: every thread says it every second the database is away.
-            logger.warning("worker %s could not look for tasks: %s", self.worker_id, error)
-            connections.close_all()  # reconnect on the next look
-            return None
+        for attempt in (1, 2):
+            try:
+                return self._claim_next()
+            except Exception as error:
+                if attempt == 1 and connection_lost():
+                    continue  # dropped while idle (a server restart): look again, reconnected
+                # One line, not a traceback: every thread says it every second the database
+                # is away.
+                logger.warning("worker %s could not look for tasks: %s", self.worker_id, error)
+                connections.close_all()  # reconnect on the next look
+        return None
 
     def _claim_next(self) -> DBTaskResult | None:
         """The next ready task, claimed (RUNNING, this worker's id appended) in one statement.
@@ -402,9 +408,16 @@ class TaskNotifications:
                 backoff = 0.5
                 # Anything enqueued while nobody listened is found by looking now.
                 waker.wake_all()
+                heard_at = time.monotonic()
                 while not self._stop.is_set():
                     for _notify in connection.notifies(timeout=1.0):
                         waker.wake()
+                        heard_at = time.monotonic()
+                    if time.monotonic() - heard_at >= LISTEN_CHECK_S:
+                        # Quiet for a while: still connected? A dropped connection hears
+                        # nothing, and every other process's enqueue would wait for a poll.
+                        connection.execute("SELECT 1")
+                        heard_at = time.monotonic()
             except Exception as error:
                 if not self._stop.is_set():
                     logger.warning("task notifications: connection lost (%s); reconnecting", error)

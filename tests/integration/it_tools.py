@@ -60,3 +60,48 @@ def pause(seconds: float, label: str) -> str:
 def echo(text: str) -> str:
     """Return the text unchanged."""
     return text
+
+
+@tool
+def tally(label: str) -> str:
+    """Note the call in calls.log beside the gates (outside the database); return the label."""
+    gates_dir().mkdir(parents=True, exist_ok=True)
+    with (gates_dir() / "calls.log").open("a") as calls:
+        calls.write(f"{label}\n")
+    return label
+
+
+def calls_made() -> list[str]:
+    """The labels tally was called with, in order, from every process."""
+    path = gates_dir() / "calls.log"
+    return path.read_text().split() if path.exists() else []
+
+
+@tool
+def sever(spare: int, label: str) -> str:
+    """The first time: end every other session on this database but the one of pid `spare`,
+    as a server restart would (spare 0 spares none); then note the call, return the label."""
+    from django.db import connection
+
+    done = gates_dir() / f"severed-{label}"
+    if done.exists():
+        tally(label)
+        return label
+    gates_dir().mkdir(parents=True, exist_ok=True)
+    done.touch()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid() AND pid <> %s",
+            [spare],
+        )
+    tally(label)
+    return label
+
+
+@tool
+def open_gate(name: str) -> str:
+    """Open the gate (a step's way to tell the test it got this far); return its name."""
+    gate_open(name)
+    return name

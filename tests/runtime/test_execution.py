@@ -4,6 +4,7 @@ import pytest
 from django.utils import timezone
 
 from plans.models import Run, RunEvent, Step, ToolCall
+from plans.runtime import recorder
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from tests import support_tools
@@ -271,3 +272,28 @@ def test_a_run_must_be_allowed_at_least_one_step_at_a_time(author, parallel):
         )
 
     assert not Run.objects.exists()
+
+
+def test_impure_calls_start_only_once_their_step_started_is_committed_one_commit_a_round(
+    author, test_tools, monkeypatch
+):
+    # A long group-commit delay: a call started before its flush would surely not see it.
+    monkeypatch.setattr(recorder, "FLUSH_DELAY_S", 0.5)
+    steps = [{"id": k, "tool": "sees_its_start", "args": {"label": f"s{k}"}} for k in (1, 2, 3)]
+    steps.append(
+        {"id": 4, "tool": "sees_its_start", "args": {"label": "join"}, "depends_on": [1, 2, 3]}
+    )
+
+    run = run_plan(author, steps)
+
+    assert run.status == Run.Status.COMPLETED
+    assert {step_id: step.result for step_id, step in steps_of(run).items()} == {
+        1: True,
+        2: True,
+        3: True,
+        4: True,
+    }
+    # One flush for the round, not one per step: its three starts share one commit's time.
+    started = RunEvent.objects.filter(run=run, kind="step_started", payload__round=1)
+    assert started.count() == 3
+    assert len({event.at for event in started}) == 1
