@@ -111,7 +111,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "plans.ui.context_processors.pending_approvals",
+                "plans.views.context_processors.pending_approvals",
                 "django.template.context_processors.csp",
             ],
         },

@@ -11,10 +11,13 @@ class PlansConfig(AppConfig):
         from django.db import transaction
         from django.db.models.signals import post_save
 
+        # Why here, not at the top: an AppConfig is imported before the models are loaded.
         from plans import checks  # noqa: F401  (registers the system checks)
+        from plans.journal.events import group_send, user_group
+        from plans.journal.tasks import executor_bind
         from plans.mcp import McpToolSource
         from plans.notifications.dispatch import install as install_notifier
-        from plans.runtime.events import group_send, user_group
+        from plans.runtime.advance import advance_run
         from plans.tools import add_tool_source
         from plans.tracing import tracing_start_if_configured
 
@@ -33,6 +36,8 @@ class PlansConfig(AppConfig):
             transaction.on_commit(lambda: group_send(user_group(instance.pk), message))
 
         add_tool_source(McpToolSource())
+        # The task (in the journal, which services queue runs through) runs the executor.
+        executor_bind(advance_run)
         tracing_start_if_configured()
         install_notifier()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")

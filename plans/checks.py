@@ -6,9 +6,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 from plans.llm import model_for
 from plans.llm.pricing import prices_for
+from plans.mcp.config import configured_servers
 
 _MODEL_SETTINGS = {"plan": "AGENTSITE_PLANNER_MODEL", "answer": "AGENTSITE_ANSWER_MODEL"}
 
@@ -54,10 +56,6 @@ def check_parallel_steps(app_configs: Any = None, **kwargs: Any) -> list[checks.
 @checks.register()
 def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """AGENTSITE_MCP_SERVERS reads cleanly, so a typo stops start-up rather than a run."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from plans.mcp.config import configured_servers
-
     try:
         configured_servers()
     except ImproperlyConfigured as exc:

@@ -18,18 +18,18 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from plans.models import RunEvent
-from plans.runtime.events import INBOX_GROUP, bind_server_loop, event_message, run_group, user_group
+from plans.engine.text import MAX_ID, whole_number
+from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
+from plans.roles import may_decide
 from plans.selectors.approvals import pending_approvals_count
-from plans.selectors.runs import run_visible_get
+from plans.selectors.runs import run_events_after, run_visible_get
 from plans.sessions import session_signs_in
-from plans.views.goals import (
+from plans.ui.run_page import (
     answer_delta_fragment,
     graph_fragment,
     live_fragment,
     live_fragment_needs_graph,
 )
-from plans.views.params import MAX_ID, whole_number
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class RunConsumer(SessionBound):
             await self._replay_holding_lock(after=after)
 
     async def _replay_holding_lock(self, *, after: int) -> None:
-        events = await database_sync_to_async(_events_after)(self.run_id, after)
+        events = await database_sync_to_async(run_events_after)(self.run_id, after)
         if events:
             await self._send_events(events)
         else:
@@ -266,7 +266,7 @@ class PendingApprovalsConsumer(SessionBound):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_SIGNED_IN)
             return
-        if not await database_sync_to_async(user.has_perm)("plans.decide_approval"):
+        if not await database_sync_to_async(may_decide)(user):
             await self.close(code=FORBIDDEN)
             return
         bind_server_loop(asyncio.get_running_loop())
@@ -294,10 +294,6 @@ class PendingApprovalsConsumer(SessionBound):
 
 def _may_see_run(user: Any, run_id: int) -> bool:
     return run_visible_get(user=user, run_id=run_id) is not None
-
-
-def _events_after(run_id: int, after: int) -> list[dict[str, Any]]:
-    return [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
 
 
 def _after_from(scope: dict[str, Any]) -> int:

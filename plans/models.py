@@ -716,10 +716,10 @@ class EvalResult(models.Model):
 
 # --- the costs page's rollup -------------------------------------------------------------
 # Sums per site-local day (timezone.localdate), kept current in the transaction that writes what
-# they sum (plans.services.costs), so the costs page reads a few hundred rows instead of scanning
+# they sum (plans.journal.rollup), so the costs page reads a few hundred rows instead of scanning
 # a window of calls and runs. Counters are signed: a rollup that drifted (rows loaded in bulk
 # without `manage.py cost_rollup --rebuild`) shows up in `--check`, never as a failed write.
-# A transaction adds to them in one order (plans.services.costs.ROLLUPS, keys sorted), so two
+# A transaction adds to them in one order (plans.journal.rollup.ROLLUPS, keys sorted), so two
 # writers adding to the same buckets wait for each other but never deadlock.
 
 

@@ -5,9 +5,12 @@ from django.contrib.auth.models import Group, Permission, User
 
 from plans.models import Run
 
+# The permission that makes someone a reviewer: they decide destructive steps and plans.
+DECIDE = "plans.decide_approval"
+
 ROLE_PERMISSIONS = {
     "authors": ["plans.add_goal"],
-    "reviewers": ["plans.decide_approval", "plans.view_all_runs"],
+    "reviewers": [DECIDE, "plans.view_all_runs"],
     "operators": ["plans.view_all_runs", "plans.view_costs", "plans.manage_webhooks"],
 }
 
@@ -27,10 +30,20 @@ def roles_ensure() -> dict[str, Group]:
 
 
 def may_submit_goals(user) -> bool:
-    """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals."""
-    return user.is_authenticated and (
-        user.has_perm("plans.add_goal") or user.groups.filter(name="authors").exists()
-    )
+    """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals.
+
+    Through an API token (plans.api.tokens.scoped_user), only with the authors role on it.
+    """
+    if not user.is_authenticated:
+        return False
+    if getattr(user, "api_roles", None) is not None:
+        return user.has_perm("plans.add_goal")  # the token's rights, not the groups'
+    return user.has_perm("plans.add_goal") or user.groups.filter(name="authors").exists()
+
+
+def may_decide(user) -> bool:
+    """Reviewers (plans.decide_approval, from their group or their own) decide approvals."""
+    return bool(user is not None and user.is_authenticated and user.has_perm(DECIDE))
 
 
 # Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.

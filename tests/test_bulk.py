@@ -16,7 +16,7 @@ from plans.bulk import (
     update_rows,
 )
 from plans.models import ModelCall, Run, Step, ToolCall
-from plans.services.plans import plan_current
+from plans.selectors.plans import plan_current
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db

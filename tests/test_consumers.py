@@ -12,10 +12,10 @@ from django.contrib.auth.models import Permission
 from django.db import transaction
 
 from agentsite.asgi import application
+from plans.journal.events import INBOX_GROUP, append_events, publish_text, run_group
 from plans.llm.offline import PRICE_GOAL, TRIP_GOAL
 from plans.models import Run
 from plans.runtime.advance import advance_run
-from plans.runtime.events import INBOX_GROUP, append_events, publish_text, run_group
 from plans.services.runs import run_create
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -196,7 +196,7 @@ async def test_a_gap_in_live_events_is_filled_from_the_log(
         f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
     )
     await following(socket, finished_run)
-    monkeypatch.setattr("plans.runtime.events.publish_events", lambda run_id, events: None)
+    monkeypatch.setattr("plans.journal.events.publish_events", lambda run_id, events: None)
     (lost,) = await append(finished_run, "run_status")  # committed, but its push is lost
     monkeypatch.undo()
 
@@ -227,7 +227,7 @@ async def test_a_lost_last_batch_comes_when_the_client_asks_from_what_it_has(
         f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
     )
     shown = await following(socket, finished_run)
-    monkeypatch.setattr("plans.runtime.events.publish_events", lambda run_id, events: None)
+    monkeypatch.setattr("plans.journal.events.publish_events", lambda run_id, events: None)
     lost = await append(finished_run, "run_status", "run_finished")  # nothing comes after it
 
     await socket.send_json_to({"resume_after": shown})

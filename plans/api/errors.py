@@ -11,6 +11,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from plans.services.refusals import Refused
+
 logger = logging.getLogger("django.request")
 
 
@@ -39,6 +41,34 @@ class ApiError(Exception):
 
 class TokenInvalid(AuthenticationError):
     """A bearer token was sent but is unknown, revoked or expired (no fallback to the session)."""
+
+
+# A service's refusal as the API answers it, by the refusal's code: the status, the API's code,
+# and, for a few, a detail in the API's own words (it names the token role needed). A code not
+# listed is a 409 decision_refused: the request was sound, the moment is not.
+REFUSALS: dict[str, tuple[int, str, str | None]] = {
+    "not_a_reviewer": (403, "not_a_reviewer", "Only reviewers may decide (token role: reviewers)."),
+    "not_an_author": (
+        403,
+        "not_an_author",
+        "Only authors may hand the agent goals (token role: authors).",
+    ),
+    "four_eyes": (403, "four_eyes", None),
+    "not_found": (404, "not_found", None),
+    "stale_hash": (409, "stale_hash", None),
+    "stale_plan": (409, "stale_plan", None),
+    "reason_required": (422, "reason_required", None),
+    "listed_twice": (422, "invalid_request", None),
+    "edit_with_reject": (422, "invalid_request", None),
+    "text_invalid": (422, "decision_invalid", None),
+    "goal_invalid": (422, "goal_rejected", None),
+}
+REFUSED = (409, "decision_refused", None)
+
+
+def refusal_error(refused: Refused) -> ApiError:
+    status, code, detail = REFUSALS.get(refused.code, REFUSED)
+    return ApiError(status, code, detail or str(refused))
 
 
 def not_found(what: str = "run") -> ApiError:
@@ -84,6 +114,10 @@ def install_error_handlers(api: NinjaAPI) -> None:
             problems=exc.problems,
             headers=exc.headers,
         )
+
+    @api.exception_handler(Refused)
+    def refused(request: HttpRequest, exc: Refused) -> HttpResponse:
+        return api_error(request, refusal_error(exc))
 
     @api.exception_handler(TokenInvalid)
     def token_invalid(request: HttpRequest, exc: TokenInvalid) -> HttpResponse:

@@ -28,15 +28,13 @@ from plans.api.schemas import (
     RunListOut,
     RunOut,
 )
-from plans.api.tokens import may_create_runs
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
-from plans.models import Run, RunEvent
-from plans.runtime.events import event_message
+from plans.models import Run
 from plans.selectors.audit import run_export_json
-from plans.selectors.runs import RunFilters, run_visible_get, runs_matching
+from plans.selectors.runs import RunFilters, run_events_after, run_visible_get, runs_matching
 from plans.services.plans import plan_check
-from plans.services.runs import GoalRejected, run_cancel, run_create, run_start, run_summary
+from plans.services.runs import author_check, run_cancel, run_create, run_start, run_summary
 
 router = Router(tags=["runs"])
 
@@ -131,10 +129,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
 )
 def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     user: User = request.user  # type: ignore[assignment]
-    if not may_create_runs(user):
-        raise ApiError(
-            403, "not_an_author", "Only authors may hand the agent goals (token role: authors)."
-        )
+    author_check(user, via="api")  # first: an outsider learns nothing of keys, limits or plans
     key = request.headers.get("Idempotency-Key", "").strip()
     if len(key) > 200:
         raise ApiError(422, "invalid_idempotency_key", "The Idempotency-Key is over 200 chars.")
@@ -165,14 +160,13 @@ def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]
                 budget_usd=options.budget_usd,
                 budget_tokens=options.budget_tokens,
                 max_parallel_steps=options.max_parallel_steps,
+                via="api",
             )
             if key:
                 IdempotencyKey.objects.create(
                     user=user, key=key, request_sha256=fingerprint, run=run
                 )
             run_start(run)
-    except GoalRejected as rejected:
-        raise ApiError(422, "goal_rejected", str(rejected)) from rejected
     except IntegrityError:
         # The same key raced in from another request: that request's run is the answer.
         replay = _replayed(user, key, fingerprint) if key else None
@@ -320,7 +314,7 @@ def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    events = [event_message(event) for event in RunEvent.objects.filter(run=run, seq__gt=after)]
+    events = run_events_after(run, after)
     return {
         "events": events,
         "last_seq": run.last_seq,
@@ -330,7 +324,7 @@ def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:
 
 def _events_after(run_id: int, after: int) -> tuple[list[dict[str, Any]], bool]:
     run = Run.objects.only("status", "last_seq").get(pk=run_id)
-    events = [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
+    events = run_events_after(run_id, after)
     seen = events[-1]["seq"] if events else after
     return events, run.is_terminal and seen >= run.last_seq
 

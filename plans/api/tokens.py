@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from plans.api.models import ApiToken
@@ -132,9 +133,11 @@ def scoped_user(user: User, roles: Iterable[str]) -> User:
     return user
 
 
-def may_create_runs(user: User | AnonymousUser) -> bool:
-    """Authors may hand the agent goals; through a token, only with the authors role on it."""
-    roles = getattr(user, "api_roles", None)
-    if roles is not None:
-        return user.has_perm("plans.add_goal")
-    return may_submit_goals(user)
+def tokens_of(user: User) -> QuerySet[ApiToken]:
+    """The user's tokens, newest first."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at")
+
+
+def token_of(user: User, token_id: int) -> ApiToken | None:
+    """The user's token of that id (another's is not found)."""
+    return ApiToken.objects.filter(pk=token_id, user=user).first()

@@ -11,6 +11,7 @@ database nothing else is writing to.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
@@ -28,15 +29,15 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, JSONField, Max, Model
 from django.utils import timezone
 
-from plans import engine
 from plans.bulk import JSONText, load_rows
+from plans.demo import shapes
 from plans.engine import args_sha256, depths, idempotency_key, resolve
 from plans.guards.audit import GENESIS, event_chain
 from plans.guards.redaction import redacted_json
+from plans.journal.rollup import rollup_rebuild
 from plans.llm.base import Usage
 from plans.llm.pricing import cost_usd
 from plans.models import Approval, Goal, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.services.costs import rollup_rebuild
 from plans.services.plans import plan_check
 from plans.tools import get_registry
 
@@ -67,101 +68,72 @@ SQLITE_CACHE_KIB = -512_000  # negative: KiB, not pages
 SQLITE_ANALYSIS_ROWS = 2000
 REJECT_REASONS = ["amount looks wrong", "customer already refunded", "dates need checking"]
 
-# (id, tool, args, depends_on, destructive, result)
-StepSpec = tuple[int, str, dict[str, Any], list[int], bool, Any]
+
+# A demo goal: its text, its plan (plans.demo.shapes), and per step the value drawn for what
+# the tool returns (a price, a booking's reference), drawn up front in a fixed order.
+Demo = tuple[str, dict[str, Any], dict[int, Any]]
 
 
-def _price_plan(rng: random.Random) -> tuple[str, list[StepSpec]]:
+def _price_goal(rng: random.Random) -> Demo:
     a, b = rng.sample(ITEMS, 2)
-    pa, pb = rng.randrange(9900, 199900, 100), rng.randrange(9900, 199900, 100)
-    return f"Total price of an {a} and {b} in INR", [
-        (1, "price", {"item": a}, [], False, pa),
-        (2, "price", {"item": b}, [], False, pb),
-        (3, "calculator", {"expression": "{{1}}+{{2}}"}, [1, 2], False, pa + pb),
-    ]
+    drawn = {1: rng.randrange(9900, 199900, 100), 2: rng.randrange(9900, 199900, 100)}
+    return f"Total price of an {a} and {b} in INR", shapes.price_plan([a, b]), drawn
 
 
-def _trip_plan(rng: random.Random) -> tuple[str, list[StepSpec]]:
+def _trip_goal(rng: random.Random) -> Demo:
     city, nights = rng.choice(CITIES), rng.randint(1, 5)
     day = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     fare, hotel = rng.randrange(3000, 15000), rng.randrange(2000, 9000) * nights
-    route = {"origin": "Bengaluru", "destination": city, "date": day}
-    return f"Book a trip from Bengaluru to {city} on {day} for {nights} nights", [
-        (1, "flight_price", route, [], False, fare),
-        (2, "hotel_price", {"city": city, "nights": nights}, [], False, hotel),
-        (3, "calculator", {"expression": "{{1}}+{{2}}"}, [1, 2], False, fare + hotel),
-        (
-            4,
-            "book_flight",
-            {
-                "origin": "Bengaluru",
-                "destination": city,
-                "date": day,
-                "passenger": "Demo Traveller",
-                "price_inr": "{{1}}",
-            },
-            [1, 3],
-            True,
-            {"status": "booked", "reference": f"FL-{rng.randrange(10**6):06d}"},
-        ),
-        (
-            5,
-            "book_hotel",
-            {
-                "city": city,
-                "check_in": day,
-                "nights": nights,
-                "guest": "Demo Traveller",
-                "price_inr": "{{2}}",
-            },
-            [2, 3],
-            True,
-            {"status": "booked", "reference": f"HT-{rng.randrange(10**6):06d}"},
-        ),
-    ]
+    drawn = {1: fare, 2: hotel, 4: _reference(rng, "FL"), 5: _reference(rng, "HT")}
+    plan = shapes.trip_plan(
+        origin="Bengaluru", destination=city, day=day, nights=nights, traveller="Demo Traveller"
+    )
+    return f"Book a trip from Bengaluru to {city} on {day} for {nights} nights", plan, drawn
 
 
-def _refund_plan(rng: random.Random) -> tuple[str, list[StepSpec]]:
+def _refund_goal(rng: random.Random) -> Demo:
     order = rng.choice(ORDERS)
-    total = rng.randrange(500, 9000)
-    body = f"We refunded INR {{{{1}}}} for order {order}. Reference: {{{{2}}}}"
-    return f"Refund order {order} for a damaged item", [
-        (1, "order_total", {"order_id": order}, [], False, total),
-        (
-            2,
-            "issue_refund",
-            {"order_id": order, "amount_inr": "{{1}}", "reason": "damaged item"},
-            [1],
-            True,
-            {"status": "refunded", "reference": f"RF-{rng.randrange(10**6):06d}"},
-        ),
-        (
-            3,
-            "send_email",
-            {"to": f"customer-{order.lower()}@example.com", "subject": "Your refund", "body": body},
-            [1, 2],
-            True,
-            {"status": "sent", "reference": f"EM-{rng.randrange(10**6):06d}"},
-        ),
-    ]
+    drawn = {1: rng.randrange(500, 9000), 2: _reference(rng, "RF"), 3: _reference(rng, "EM")}
+    customer = f"customer-{order.lower().replace('-', '')}@example.com"
+    plan = shapes.refund_plan(order_id=order, reason="damaged item", customer=customer)
+    return f"Refund order {order} for a damaged item", plan, drawn
 
 
-def _research_plan(rng: random.Random) -> tuple[str, list[StepSpec]]:
+def _research_goal(rng: random.Random) -> Demo:
     question = rng.choice(QUESTIONS)
-    hits = [{"doc": "plan-execute", "title": "Plan-and-execute agents", "cite": "[plan-execute]"}]
-    return question, [
-        (1, "search", {"query": question[:60]}, [], False, hits),
-        (2, "search", {"query": "ReAct agent token cost"}, [], False, hits),
-    ]
+    return question, shapes.research_plan([question[:60], "ReAct agent token cost"]), {}
 
 
-SHAPES: list[Callable[[random.Random], tuple[str, list[StepSpec]]]] = [
-    _price_plan,
-    _price_plan,
-    _trip_plan,
-    _refund_plan,
-    _research_plan,
+GOALS: list[Callable[[random.Random], Demo]] = [
+    _price_goal,
+    _price_goal,
+    _trip_goal,
+    _refund_goal,
+    _research_goal,
 ]
+
+
+def _reference(rng: random.Random, prefix: str) -> str:
+    return f"{prefix}-{rng.randrange(10**6):06d}"
+
+
+def _result(tool: str, args: dict[str, Any], inputs: list[Any], drawn: Any) -> Any:
+    """What the demo tool returns for these (resolved) arguments, in its declared shape."""
+    if tool in ("price", "flight_price", "hotel_price", "order_total"):
+        return drawn
+    if tool == "calculator":  # the demo plans only add their inputs up
+        return sum(inputs)
+    if tool in ("book_flight", "book_hotel"):
+        return {"status": "booked", "reference": drawn, **args}
+    if tool == "issue_refund":
+        refund = {"order_id": args["order_id"], "amount_inr": args["amount_inr"]}
+        return {"status": "refunded", "reference": drawn, **refund}
+    if tool == "send_email":
+        return {"status": "sent", "reference": drawn, "to": args["to"]}
+    if tool == "search":
+        hit = {"doc": "plan-execute", "title": "Plan-and-execute agents", "cite": "[plan-execute]"}
+        return [hit]
+    raise ValueError(f"the seeder has no demo result for {tool!r}")
 
 
 def runs_seed(
@@ -372,6 +344,62 @@ def _datetime_names(model: type[Model]) -> tuple[str, ...]:
     )
 
 
+class _Spend:
+    """A seeded run's model calls, as rows, and what they add up to."""
+
+    def __init__(self, rows: _Rows, ids: _IdAllocator, rng: random.Random, run_id: int) -> None:
+        self.rows, self.ids, self.rng, self.run_id = rows, ids, rng, run_id
+        self.tokens = [0, 0, 0, 0]  # input, output, cache read, cache write
+        self.cost = Decimal(0)
+        self.calls = 0
+
+    def call(
+        self, purpose: str, at: datetime, inputs: int, outputs: int, models: list[str]
+    ) -> None:
+        model = self.rng.choice(models)
+        prices = dict(settings.AGENTSITE_MODEL_PRICES[model])
+        cache_read = self.rng.choice([0, 0, inputs // 2])
+        usage = Usage(input_tokens=inputs, output_tokens=outputs, cache_read_tokens=cache_read)
+        cost = cost_usd(usage, prices)
+        self.rows.add(
+            ModelCall,
+            {
+                "id": self.ids(ModelCall),
+                "run_id": self.run_id,
+                "purpose": purpose,
+                "model": model,
+                "input_tokens": inputs,
+                "output_tokens": outputs,
+                "cache_read_tokens": cache_read,
+                "cache_write_tokens": 0,
+                "prices": prices,
+                "cost_usd": cost,
+                "latency_ms": self.rng.randint(400, 6000),
+                "error": "",
+                "created_at": at,
+            },
+        )
+        self.tokens[0] += inputs
+        self.tokens[1] += outputs
+        self.tokens[2] += cache_read
+        self.cost += cost
+        self.calls += 1
+
+
+@dataclasses.dataclass
+class _Ending:
+    """How a seeded run ended (or where it stands), for its run row."""
+
+    finished_at: datetime | None = None
+    answer: str = ""
+    error: str = ""
+    rounds: int = 0
+    tools_used: list[str] = dataclasses.field(default_factory=list)
+
+
+INVALID_PROBLEM = "step 2: unknown tool 'teleport' (allowed: price)"
+
+
 def _one_run(
     rows: _Rows,
     ids: _IdAllocator,
@@ -383,8 +411,9 @@ def _one_run(
     models: list[str],
 ) -> None:
     status = rng.choices(list(STATUS_WEIGHTS), weights=list(STATUS_WEIGHTS.values()))[0]
-    goal_text, specs = rng.choice(SHAPES)(rng)
-    destructive = [spec for spec in specs if spec[4]]
+    goal_text, plan, drawn = rng.choice(GOALS)(rng)
+    registry = get_registry()
+    destructive = {s["id"] for s in plan["steps"] if registry[s["tool"]].destructive}
     if status == Run.Status.BLOCKED and not destructive:
         status = Run.Status.FAILED
     if status == Run.Status.AWAITING_APPROVAL and not destructive:
@@ -404,50 +433,70 @@ def _one_run(
     events: list[tuple[str, dict[str, Any], datetime]] = [
         ("run_created", {"goal": goal_text, "author": author.get_username()}, created_at)
     ]
-    usage_total = [0, 0, 0, 0]
-    cost_total = Decimal(0)
-    calls = 0
-
-    def model_call(purpose: str, at: datetime, inputs: int, outputs: int) -> None:
-        nonlocal cost_total, calls
-        model = rng.choice(models)
-        prices = dict(settings.AGENTSITE_MODEL_PRICES[model])
-        cache_read = rng.choice([0, 0, inputs // 2])
-        usage = Usage(input_tokens=inputs, output_tokens=outputs, cache_read_tokens=cache_read)
-        cost = cost_usd(usage, prices)
-        rows.add(
-            ModelCall,
-            {
-                "id": ids(ModelCall),
-                "run_id": run_id,
-                "purpose": purpose,
-                "model": model,
-                "input_tokens": inputs,
-                "output_tokens": outputs,
-                "cache_read_tokens": cache_read,
-                "cache_write_tokens": 0,
-                "prices": prices,
-                "cost_usd": cost,
-                "latency_ms": rng.randint(400, 6000),
-                "error": "",
-                "created_at": at,
-            },
-        )
-        usage_total[0] += inputs
-        usage_total[1] += outputs
-        usage_total[2] += cache_read
-        cost_total += cost
-        calls += 1
-
+    spend = _Spend(rows, ids, rng, run_id)
     started_at = created_at + timedelta(milliseconds=rng.randint(20, 400))
-    finished_at: datetime | None = None
-    answer = error = ""
-    rounds = 0
-    tools_used: list[str] = []
     clock = started_at + timedelta(milliseconds=rng.randint(800, 4000))
-    model_call("plan", clock, rng.randint(1500, 3200), rng.randint(120, 420))
-    plan_id = ids(Plan)
+    spend.call("plan", clock, rng.randint(1500, 3200), rng.randint(120, 420), models)
     valid = status != Run.Status.INVALID_PLAN
+    plan_id = _plan_row(rows, ids, run_id, valid=valid, at=clock)
+    if not valid:
+        events.append(("plan_invalid", {"version": 1, "problems": [INVALID_PROBLEM]}, clock))
+        ending = _Ending(finished_at=clock, error=INVALID_PROBLEM)
+    else:
+        events.append(("plan_created", {"version": 1, "source": "planner"}, clock))
+        events.append(("run_started", {}, clock))
+        run = _Seeding(rows, ids, rng, status, run_id, plan_id, destructive, drawn)
+        clock, rounds = run.steps(plan["steps"], clock)
+        ending = _ended(rng, status, clock, spend, goal_text, models)
+        ending.rounds, ending.tools_used = rounds, sorted({s["tool"] for s in plan["steps"]})
+    if ending.finished_at:
+        events.append(("run_finished", {"status": status}, ending.finished_at))
+    last_hash = _event_rows(rows, ids, run_id, events)
+    times = (created_at, started_at)
+    rows.add(Run, _run_row(run_id, goal_id, status, ending, spend, len(events), last_hash, times))
+
+
+def _run_row(
+    run_id: int,
+    goal_id: int,
+    status: str,
+    ending: _Ending,
+    spend: _Spend,
+    events: int,
+    last_hash: str,
+    times: tuple[datetime, datetime],
+) -> dict[str, Any]:
+    created_at, started_at = times
+    return {
+        "id": run_id,
+        "goal_id": goal_id,
+        "status": status,
+        "answer": ending.answer,
+        "error": ending.error,
+        "budget_usd": Decimal("0.50"),
+        "budget_tokens": 200000,
+        "max_parallel_steps": 16,
+        "cancel_requested": status == Run.Status.CANCELLED,
+        "input_tokens": spend.tokens[0],
+        "output_tokens": spend.tokens[1],
+        "cache_read_tokens": spend.tokens[2],
+        "cache_write_tokens": spend.tokens[3],
+        "cost_usd": spend.cost,
+        "model_call_count": spend.calls,
+        "round_count": ending.rounds,
+        "tools_used": ending.tools_used,
+        "last_seq": events,
+        "last_event_hash": last_hash,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "created_at": created_at,
+        "started_at": started_at,
+        "finished_at": ending.finished_at,
+    }
+
+
+def _plan_row(rows: _Rows, ids: _IdAllocator, run_id: int, *, valid: bool, at: datetime) -> int:
+    plan_id = ids(Plan)
     rows.add(
         Plan,
         {
@@ -458,30 +507,39 @@ def _one_run(
             "source": "planner",
             "raw_output": "" if not valid else '{"steps": [...]}',
             "is_valid": valid,
-            "problems": [] if valid else ["step 2: unknown tool 'teleport' (allowed: price)"],
-            "created_at": clock,
+            "problems": [] if valid else [INVALID_PROBLEM],
+            "created_at": at,
         },
     )
-    if not valid:
-        error = "step 2: unknown tool 'teleport' (allowed: price)"
-        events.append(("plan_invalid", {"version": 1, "problems": [error]}, clock))
-        finished_at = clock
-    else:
-        tools_used = sorted({spec[1] for spec in specs})
-        events.append(("plan_created", {"version": 1, "source": "planner"}, clock))
-        events.append(("run_started", {}, clock))
-        clock, rounds = _steps(rows, ids, rng, status, specs, run_id, plan_id, clock)
-        if status in (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.BLOCKED):
-            clock += timedelta(milliseconds=rng.randint(600, 5000))
-            model_call("answer", clock, rng.randint(900, 2600), rng.randint(90, 520))
-            answer = f"Done: {goal_text}."
-        if status == Run.Status.BUDGET_EXHAUSTED:
-            error = "The next model call would exceed the run's budget of $0.50."
-        if status in Run.TERMINAL:
-            finished_at = clock + timedelta(milliseconds=rng.randint(5, 80))
-    if finished_at:
-        events.append(("run_finished", {"status": status}, finished_at))
-    # Stored as plans.runtime.events stores them, so verify_audit accepts seeded runs.
+    return plan_id
+
+
+def _ended(
+    rng: random.Random,
+    status: str,
+    clock: datetime,
+    spend: _Spend,
+    goal_text: str,
+    models: list[str],
+) -> _Ending:
+    """The answer (and its model call) of a run whose steps ran, and when it finished."""
+    ending = _Ending()
+    if status in (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.BLOCKED):
+        clock += timedelta(milliseconds=rng.randint(600, 5000))
+        spend.call("answer", clock, rng.randint(900, 2600), rng.randint(90, 520), models)
+        ending.answer = f"Done: {goal_text}."
+    if status == Run.Status.BUDGET_EXHAUSTED:
+        ending.error = "The next model call would exceed the run's budget of $0.50."
+    if status in Run.TERMINAL:
+        ending.finished_at = clock + timedelta(milliseconds=rng.randint(5, 80))
+    return ending
+
+
+def _event_rows(
+    rows: _Rows, ids: _IdAllocator, run_id: int, events: list[tuple[str, dict[str, Any], datetime]]
+) -> str:
+    """The run's event log, stored as plans.journal.events stores it (so verify_audit accepts
+    seeded runs); returns the last event's hash."""
     stored = [(kind, *redacted_json(payload), at) for kind, payload, at in events]
     chain = event_chain(
         run_id=run_id,
@@ -489,7 +547,7 @@ def _one_run(
         prev_hash=GENESIS,
         entries=((kind, payload_json, at) for kind, _, payload_json, at in stored),
     )
-    prev_hash = GENESIS
+    last_hash = GENESIS
     for (kind, payload, _, at), (seq, prev, digest) in zip(stored, chain, strict=True):
         rows.add(
             RunEvent,
@@ -504,186 +562,193 @@ def _one_run(
                 "hash": digest,
             },
         )
-        prev_hash = digest
-    rows.add(
-        Run,
-        {
-            "id": run_id,
-            "goal_id": goal_id,
-            "status": status,
-            "answer": answer,
-            "error": error,
-            "budget_usd": Decimal("0.50"),
-            "budget_tokens": 200000,
-            "max_parallel_steps": 16,
-            "cancel_requested": status == Run.Status.CANCELLED,
-            "input_tokens": usage_total[0],
-            "output_tokens": usage_total[1],
-            "cache_read_tokens": usage_total[2],
-            "cache_write_tokens": usage_total[3],
-            "cost_usd": cost_total,
-            "model_call_count": calls,
-            "round_count": rounds,
-            "tools_used": tools_used,
-            "last_seq": len(events),
-            "last_event_hash": prev_hash,
-            "lease_token": None,
-            "lease_expires_at": None,
-            "created_at": created_at,
-            "started_at": started_at,
-            "finished_at": finished_at,
-        },
-    )
+        last_hash = digest
+    return last_hash
 
 
-def _steps(
-    rows: _Rows,
-    ids: _IdAllocator,
-    rng: random.Random,
-    status: str,
-    specs: list[StepSpec],
-    run_id: int,
-    plan_id: int,
-    clock: datetime,
-) -> tuple[datetime, int]:
-    """Step rows (with tool calls and approvals) whose outcomes fit the run's status."""
-    depth = _depths(specs)
-    outcome: dict[int, str] = {}
-    results: dict[int, Any] = {}  # what succeeded steps returned, for their dependants' args
-    failing = rng.choice([spec[0] for spec in specs if not spec[4]])
-    first_destructive = next((spec[0] for spec in specs if spec[4]), None)
-    rounds_run = 0
-    for round_no in sorted(set(depth.values())):
-        round_end = clock
-        for step_id, tool, args, deps, destructive, result in specs:
-            if depth[step_id] != round_no:
-                continue
-            upstream = [outcome[d] for d in deps]
-            state = "succeeded"
-            reason = ""
-            if any(o != "succeeded" for o in upstream):
-                waiting = any(o in ("pending", "awaiting_approval") for o in upstream)
-                state = "pending" if waiting else "skipped"
-                if not waiting:
-                    reason = f"skipped: depends on step {deps[0]}, which did not succeed"
-            elif status == Run.Status.FAILED and step_id == failing:
-                state, reason = "failed", "the demo service is offline"
-            elif status == Run.Status.BLOCKED and step_id == first_destructive:
-                state, reason = "blocked", rng.choice(REJECT_REASONS)
-            elif status == Run.Status.AWAITING_APPROVAL and step_id == first_destructive:
-                state = "awaiting_approval"
-            elif status == Run.Status.CANCELLED and round_no > 1:
-                state, reason = "skipped", "skipped: the run was cancelled"
-            outcome[step_id] = state
-            ran = state in ("succeeded", "failed")
-            if state == "succeeded":
-                results[step_id] = result
-            # As a run does: a step whose dependencies all succeeded has its arguments resolved.
-            resolved = resolve(args, results) if all(d in results for d in deps) else args
-            took = timedelta(milliseconds=rng.randint(15, 900))
-            step_start = clock + timedelta(milliseconds=rng.randint(1, 30)) if ran else None
-            step_end = step_start + took if step_start else None
-            if step_end:
-                round_end = max(round_end, step_end)
-            row_id = ids(Step)
-            rows.add(
-                Step,
-                {
-                    "id": row_id,
-                    "plan_id": plan_id,
-                    "step_id": step_id,
-                    "tool": tool,
-                    "args": args,
-                    "depends_on": deps,
-                    "destructive": destructive,
-                    "round": round_no,
-                    "status": state,
-                    "resolved_args": (
-                        resolved if ran or state in ("awaiting_approval", "blocked") else None
-                    ),
-                    "result": result if state == "succeeded" else None,
-                    "error": reason if state in ("failed", "blocked", "skipped") else "",
-                    "attempts": 1 if ran else 0,
-                    "started_at": step_start,
-                    "finished_at": step_end,
-                },
-            )
-            if destructive and state in ("succeeded", "blocked", "awaiting_approval"):
-                decision = {"succeeded": "approved", "blocked": "rejected"}.get(state, "pending")
-                rows.add(
-                    Approval,
-                    {
-                        "id": ids(Approval),
-                        "run_id": run_id,
-                        "step_id": row_id,
-                        "tool": tool,
-                        "requested_args": resolved,
-                        "args": resolved,
-                        "args_sha256": args_sha256(tool, resolved),
-                        "decision": decision,
-                        "reviewer_id": None,
-                        "via": "cli" if decision != "pending" else "",
-                        "reason": reason if decision == "rejected" else "",
-                        "requested_at": clock,
-                        "decided_at": clock + took if decision != "pending" else None,
-                    },
-                )
-            if state in ("succeeded", "failed"):
-                rows.add(
-                    ToolCall,
-                    {
-                        "id": ids(ToolCall),
-                        "run_id": run_id,
-                        "step_id": row_id,
-                        "tool": tool,
-                        "attempt": 1,
-                        "args": resolved,
-                        "result": result if state == "succeeded" else None,
-                        "error": reason if state == "failed" else "",
-                        # As the executor keys calls: a destructive one per run and step.
-                        "idempotency_key": (
-                            idempotency_key(tool, resolved, run_id=run_id, step="")
-                            if destructive
-                            else args_sha256(tool, resolved)
-                        ),
-                        "started_at": step_start,
-                        "duration_ms": took.total_seconds() * 1000,
-                    },
-                )
-        started = [outcome[spec[0]] for spec in specs if depth[spec[0]] == round_no]
-        if any(state in ("succeeded", "failed") for state in started):
-            rounds_run = round_no
-        clock = round_end
-    return clock, rounds_run
+class _Seeding:
+    """A seeded run's steps (with their tool calls and approvals), outcomes fitting its status."""
+
+    def __init__(
+        self,
+        rows: _Rows,
+        ids: _IdAllocator,
+        rng: random.Random,
+        status: str,
+        run_id: int,
+        plan_id: int,
+        destructive: set[int],
+        drawn: dict[int, Any],
+    ) -> None:
+        self.rows, self.ids, self.rng, self.status = rows, ids, rng, status
+        self.run_id, self.plan_id, self.destructive, self.drawn = (
+            run_id,
+            plan_id,
+            destructive,
+            drawn,
+        )
+        self.outcome: dict[int, str] = {}
+        self.results: dict[int, Any] = {}  # what succeeded steps returned, for their dependants
+
+    def steps(self, steps: list[dict[str, Any]], clock: datetime) -> tuple[datetime, int]:
+        """Every step's rows, round by round; returns the clock after them and rounds run."""
+        depth = _depths(steps)
+        self.failing = self.rng.choice([s["id"] for s in steps if s["id"] not in self.destructive])
+        self.first_destructive = min(self.destructive, default=None)
+        rounds_run = 0
+        for round_no in sorted(set(depth.values())):
+            round_end = clock
+            for step in steps:
+                if depth[step["id"]] == round_no:
+                    round_end = max(round_end, self._step(step, round_no, clock))
+            started = [self.outcome[s["id"]] for s in steps if depth[s["id"]] == round_no]
+            if any(state in ("succeeded", "failed") for state in started):
+                rounds_run = round_no
+            clock = round_end
+        return clock, rounds_run
+
+    def _state(self, step: dict[str, Any], round_no: int) -> tuple[str, str]:
+        """The step's state and its reason, from its dependencies' and the run's status."""
+        step_id, deps = step["id"], step["depends_on"]
+        upstream = [self.outcome[d] for d in deps]
+        if any(o != "succeeded" for o in upstream):
+            if any(o in ("pending", "awaiting_approval") for o in upstream):
+                return "pending", ""
+            return "skipped", f"skipped: depends on step {deps[0]}, which did not succeed"
+        if self.status == Run.Status.FAILED and step_id == self.failing:
+            return "failed", "the demo service is offline"
+        if self.status == Run.Status.BLOCKED and step_id == self.first_destructive:
+            return "blocked", self.rng.choice(REJECT_REASONS)
+        if self.status == Run.Status.AWAITING_APPROVAL and step_id == self.first_destructive:
+            return "awaiting_approval", ""
+        if self.status == Run.Status.CANCELLED and round_no > 1:
+            return "skipped", "skipped: the run was cancelled"
+        return "succeeded", ""
+
+    def _step(self, step: dict[str, Any], round_no: int, clock: datetime) -> datetime:
+        """The step's row, approval and tool call; returns when it finished (or clock)."""
+        step_id, tool, args, deps = step["id"], step["tool"], step["args"], step["depends_on"]
+        state, reason = self._state(step, round_no)
+        self.outcome[step_id] = state
+        ran = state in ("succeeded", "failed")
+        # As a run does: a step whose dependencies all succeeded has its arguments resolved.
+        ready = all(d in self.results for d in deps)
+        resolved = resolve(args, self.results) if ready else args
+        result = None
+        if state == "succeeded":
+            inputs = [self.results[d] for d in deps]
+            result = _result(tool, resolved, inputs, self.drawn.get(step_id))
+            self.results[step_id] = result
+        took = timedelta(milliseconds=self.rng.randint(15, 900))
+        step_start = clock + timedelta(milliseconds=self.rng.randint(1, 30)) if ran else None
+        step_end = step_start + took if step_start else None
+        destructive = step_id in self.destructive
+        row_id = self.ids(Step)
+        self.rows.add(
+            Step,
+            {
+                "id": row_id,
+                "plan_id": self.plan_id,
+                "step_id": step_id,
+                "tool": tool,
+                "args": args,
+                "depends_on": deps,
+                "destructive": destructive,
+                "round": round_no,
+                "status": state,
+                "resolved_args": (
+                    resolved if ran or state in ("awaiting_approval", "blocked") else None
+                ),
+                "result": result,
+                "error": reason if state in ("failed", "blocked", "skipped") else "",
+                "attempts": 1 if ran else 0,
+                "started_at": step_start,
+                "finished_at": step_end,
+            },
+        )
+        if destructive and state in ("succeeded", "blocked", "awaiting_approval"):
+            self._approval(row_id, tool, resolved, state, reason, clock, took)
+        if ran:
+            error = reason if state == "failed" else ""
+            self._tool_call(row_id, tool, resolved, result, error, step_start, took, destructive)
+        return step_end or clock
+
+    def _tool_call(
+        self,
+        step_row: int,
+        tool: str,
+        args: dict[str, Any],
+        result: Any,
+        error: str,
+        started_at: datetime | None,
+        took: timedelta,
+        destructive: bool,
+    ) -> None:
+        self.rows.add(
+            ToolCall,
+            {
+                "id": self.ids(ToolCall),
+                "run_id": self.run_id,
+                "step_id": step_row,
+                "tool": tool,
+                "attempt": 1,
+                "args": args,
+                "result": result,
+                "error": error,
+                # As the executor keys calls: a destructive one per run and step.
+                "idempotency_key": (
+                    idempotency_key(tool, args, run_id=self.run_id, step="")
+                    if destructive
+                    else args_sha256(tool, args)
+                ),
+                "started_at": started_at,
+                "duration_ms": took.total_seconds() * 1000,
+            },
+        )
+
+    def _approval(
+        self,
+        step_row: int,
+        tool: str,
+        args: dict[str, Any],
+        state: str,
+        reason: str,
+        clock: datetime,
+        took: timedelta,
+    ) -> None:
+        decision = {"succeeded": "approved", "blocked": "rejected"}.get(state, "pending")
+        self.rows.add(
+            Approval,
+            {
+                "id": self.ids(Approval),
+                "run_id": self.run_id,
+                "step_id": step_row,
+                "tool": tool,
+                "requested_args": args,
+                "args": args,
+                "args_sha256": args_sha256(tool, args),
+                "decision": decision,
+                "reviewer_id": None,
+                "via": "cli" if decision != "pending" else "",
+                "reason": reason if decision == "rejected" else "",
+                "requested_at": clock,
+                "decided_at": clock + took if decision != "pending" else None,
+            },
+        )
 
 
 _DEPTHS: dict[tuple[Any, ...], dict[int, int]] = {}
 
 
-def _depths(specs: list[StepSpec]) -> dict[int, int]:
+def _depths(steps: list[dict[str, Any]]) -> dict[int, int]:
     """Each step's round, the plan validated once per shape (its arguments differ in values)."""
-    shape = tuple((spec[0], spec[1], tuple(spec[3]), spec[4]) for spec in specs)
+    shape = tuple((s["id"], s["tool"], tuple(s["depends_on"])) for s in steps)
     if shape not in _DEPTHS:
-        _DEPTHS[shape] = depths(_validated(specs))
+        plan, problems = plan_check({"steps": steps}, max_steps=None)
+        if plan is None:
+            raise ValueError(f"a demo plan is invalid: {'; '.join(problems)}")
+        _DEPTHS[shape] = depths(plan)
     return _DEPTHS[shape]
-
-
-def _validated(specs: list[StepSpec]) -> engine.Plan:
-    """The engine's plan of the specs, validated against the registered tools like any plan."""
-    data = {
-        "steps": [
-            {"id": step_id, "tool": tool, "args": args, "depends_on": deps}
-            for step_id, tool, args, deps, _, _ in specs
-        ]
-    }
-    plan, problems = plan_check(data, max_steps=None)
-    if plan is None:
-        raise ValueError(f"a demo plan is invalid: {'; '.join(problems)}")
-    registry = get_registry()
-    destructive = {spec[1] for spec in specs if spec[4]}
-    if destructive != {spec[1] for spec in specs if registry[spec[1]].destructive}:
-        raise ValueError(f"demo steps marked destructive ({destructive}) disagree with the tools")
-    return plan
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 JSON may spell both ("\\ud800", "\\u0000") and Python keeps them in a str, but a lone surrogate
 has no UTF-8 encoding and PostgreSQL refuses NUL in text and jsonb, so storing either fails.
 Untrusted text (goals, plans, tool results, model output) goes through here before it is stored.
+Typed numbers (query strings, forms, a socket's ?after=) are read here too: whole_number.
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ def _describe(text: str) -> str:
         return "a NUL character ('\\x00')"
     surrogate = next(ch for ch in text if "\ud800" <= ch <= "\udfff")
     return f"an unpaired surrogate ({surrogate!r})"
+
+
+# The largest id a database column holds (a signed 64-bit integer).
+MAX_ID = 2**63 - 1
+
+
+def whole_number(text: str, *, maximum: int = MAX_ID) -> int | None:
+    """The text as a whole number from 0 to maximum, or None (str.isdigit() also takes '²')."""
+    if not (text.isascii() and text.isdecimal()) or len(text) > len(str(maximum)):
+        return None
+    number = int(text)
+    return number if number <= maximum else None

@@ -1,5 +1,5 @@
 """Evals for the agent: versioned cases, predicates over plan, trajectory and answer, a runner
 that drives real runs through the services, statistics, the baseline gate and an LLM judge.
 
-Built on services and selectors; runs are advanced through plans.runtime.tasks' public hook.
+Built on services and selectors; runs are advanced through plans.journal.tasks' public hook.
 """

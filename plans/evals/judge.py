@@ -17,8 +17,9 @@ from django.conf import settings
 from plans import engine
 from plans.guards.budgets import rate_limit_wait
 from plans.llm import ModelError, ModelRequest, get_model, model_for
+from plans.llm.base import delimit
 from plans.llm.pricing import cost_usd, prices_for
-from plans.llm.prompts import data_text, delimit
+from plans.llm.prompts import data_text
 
 RUBRIC_NAME = "answer-quality-v1"
 # Each dimension with what a 1, a 3 and a 5 look like: anchors keep scores off the middle.

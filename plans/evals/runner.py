@@ -1,7 +1,7 @@
 """Running a suite: every case becomes a real run, driven to its end with the case's decisions.
 
 Runs are created through plans.services.runs (tagged with the experiment, so the runs list
-hides them), advanced in this process through the public hook in plans.runtime.tasks, and
+hides them), advanced in this process through the public hook in plans.journal.tasks, and
 their destructive steps approved or rejected through plans.services.approvals.
 """
 
@@ -27,8 +27,9 @@ from plans.evals.trajectory import run_trajectory
 from plans.llm import ModelError, prompts
 from plans.models import Approval, EvalResult, Experiment, ModelCall, Run
 from plans.runtime.advance import advance_run
+from plans.selectors.plans import plan_current
 from plans.services.approvals import approvals_decide
-from plans.services.plans import plan_current, plan_decide
+from plans.services.plans import plan_decide
 from plans.services.runs import run_create
 
 EVAL_USERNAME = "eval"

@@ -63,15 +63,16 @@ def model_for(purpose: str) -> str:
 @functools.lru_cache(maxsize=4)
 def _anthropic_model(api_key: str, timeout_s: float, max_retries: int) -> ChatModel:
     # One model (and SDK client) per configuration, so calls share its connection pool; the
-    # arguments are the cache key, and AnthropicModel reads the same settings.
+    # arguments are the cache key, and AnthropicModel reads the same settings. Why imported
+    # here: the SDK loads only when the Anthropic backend is wanted.
     from plans.llm.anthropic_model import AnthropicModel
 
     return AnthropicModel()
 
 
 def __getattr__(name: str) -> Any:
-    # The SDK is imported only when the Anthropic backend is actually wanted.
     if name == "AnthropicModel":
+        # Why imported here: the SDK loads only when the Anthropic backend is actually wanted.
         from plans.llm.anthropic_model import AnthropicModel
 
         return AnthropicModel

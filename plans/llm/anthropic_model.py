@@ -111,24 +111,9 @@ class AnthropicModel:
                 if shown.message is not None:
                     # The reply had begun (message_start reported its input): billed.
                     earlier = earlier + message_usage(shown.message)
-                billed = earlier if earlier.total_tokens else None
-                if shown.text:
-                    # The caller already showed part of this reply; a retry would repeat it.
-                    raise ModelError(
-                        f"The model's streamed reply broke off part-way: {failure.description}",
-                        usage=billed,
-                    ) from err
-                if not failure.retryable:
-                    raise ModelError(
-                        f"The model API call failed: {failure.description}", usage=billed
-                    ) from err
-                if attempt == attempts:
-                    raise ModelError(
-                        f"The model API call failed after {attempts} "
-                        f"attempt{'s' if attempts != 1 else ''}; "
-                        f"last error: {failure.description}",
-                        usage=billed,
-                    ) from err
+                final = _final_error(failure, shown, earlier, attempt=attempt, attempts=attempts)
+                if final is not None:
+                    raise final from err
                 delay = self._delay(attempt, failure.retry_after)
                 logger.warning(
                     "model call attempt %d/%d failed (%s); retrying in %.2fs",
@@ -238,6 +223,29 @@ def message_usage(message: Any) -> Usage:
         web_search_requests=(getattr(server, "web_search_requests", 0) or 0),
         web_fetch_requests=(getattr(server, "web_fetch_requests", 0) or 0),
     )
+
+
+def _final_error(
+    failure: _Failure, shown: _Shown, earlier: Usage, *, attempt: int, attempts: int
+) -> ModelError | None:
+    """The error that ends the call, or None when another attempt is worth making."""
+    billed = earlier if earlier.total_tokens else None
+    if shown.text:
+        # The caller already showed part of this reply; a retry would repeat it.
+        return ModelError(
+            f"The model's streamed reply broke off part-way: {failure.description}",
+            usage=billed,
+        )
+    if not failure.retryable:
+        return ModelError(f"The model API call failed: {failure.description}", usage=billed)
+    if attempt == attempts:
+        return ModelError(
+            f"The model API call failed after {attempts} "
+            f"attempt{'s' if attempts != 1 else ''}; "
+            f"last error: {failure.description}",
+            usage=billed,
+        )
+    return None
 
 
 def _describe(err: Exception) -> _Failure:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from plans.demo import shapes
 from plans.engine.figures import figures
 from plans.llm.base import Completion, ModelError, ModelRequest, Usage
 
@@ -180,28 +181,13 @@ def plan_for_goal(goal: str, *, instructions: str = "") -> dict[str, Any]:
     }
 
 
-def _step(step_id: int, tool: str, args: dict[str, Any], depends_on: list[int]) -> dict[str, Any]:
-    return {"id": step_id, "tool": tool, "args": args, "depends_on": depends_on}
-
-
 def _price_plan(goal: str) -> dict[str, Any]:
     items = []
     if match := _IPHONE.search(goal):
         items.append(f"iPhone {match.group(1) or '16'}")
     if match := _AIRPODS.search(goal):
         items.append(f"AirPods {match.group(1) or '4'}")
-    steps = [_step(n, "price", {"item": item}, []) for n, item in enumerate(items, start=1)]
-    if len(steps) > 1:
-        expression = "+".join(f"{{{{{n}}}}}" for n in range(1, len(steps) + 1))
-        steps.append(
-            _step(
-                len(steps) + 1,
-                "calculator",
-                {"expression": expression},
-                list(range(1, len(steps) + 1)),
-            )
-        )
-    return {"steps": steps}
+    return shapes.price_plan(items)
 
 
 def _trip_plan(goal: str) -> dict[str, Any]:
@@ -228,39 +214,9 @@ def _trip_plan(goal: str) -> dict[str, Any]:
     day, night_count = date.group(1), int(nights.group(1))
     traveller = _TRAVELLER.search(goal)
     name = traveller.group(1) if traveller else DEFAULT_TRAVELLER
-    return {
-        "steps": [
-            _step(
-                1, "flight_price", {"origin": origin, "destination": destination, "date": day}, []
-            ),
-            _step(2, "hotel_price", {"city": destination, "nights": night_count}, []),
-            _step(3, "calculator", {"expression": "{{1}}+{{2}}"}, [1, 2]),
-            _step(
-                4,
-                "book_flight",
-                {
-                    "origin": origin,
-                    "destination": destination,
-                    "date": day,
-                    "passenger": name,
-                    "price_inr": "{{1}}",
-                },
-                [1, 3],
-            ),
-            _step(
-                5,
-                "book_hotel",
-                {
-                    "city": destination,
-                    "check_in": day,
-                    "nights": night_count,
-                    "guest": name,
-                    "price_inr": "{{2}}",
-                },
-                [2, 3],
-            ),
-        ]
-    }
+    return shapes.trip_plan(
+        origin=origin, destination=destination, day=day, nights=night_count, traveller=name
+    )
 
 
 def _refund_plan(goal: str, *, amount: int | None = None) -> dict[str, Any]:
@@ -276,79 +232,8 @@ def _refund_plan(goal: str, *, amount: int | None = None) -> dict[str, Any]:
     reason = reason_match.group(1) if reason_match else DEFAULT_REFUND_REASON
     customer = f"customer-{order_id.lower().replace('-', '')}@example.com"
     if confirm and amount is None:
-        return _confirmed_refund_plan(order_id, reason, customer)
-    if amount is not None:
-        return {
-            "steps": [
-                _step(1, "order_total", {"order_id": order_id}, []),
-                _step(
-                    2,
-                    "issue_refund",
-                    {"order_id": order_id, "amount_inr": amount, "reason": reason},
-                    [1],
-                ),
-                _step(
-                    3,
-                    "send_email",
-                    {
-                        "to": customer,
-                        "subject": "Your refund",
-                        "body": f"We refunded INR {amount} for order {order_id}. "
-                        "Reference: {{2}}",
-                    },
-                    [2],
-                ),
-            ]
-        }
-    return {
-        "steps": [
-            _step(1, "order_total", {"order_id": order_id}, []),
-            _step(
-                2,
-                "issue_refund",
-                {"order_id": order_id, "amount_inr": "{{1}}", "reason": reason},
-                [1],
-            ),
-            _step(
-                3,
-                "send_email",
-                {
-                    "to": customer,
-                    "subject": "Your refund",
-                    "body": f"We refunded INR {{{{2.amount_inr}}}} for order {order_id}. "
-                    "Reference: {{2.reference}}",
-                },
-                [1, 2],
-            ),
-        ]
-    }
-
-
-def _confirmed_refund_plan(order_id: str, reason: str, customer: str) -> dict[str, Any]:
-    """The author confirms the amount (an ask_human step) before anything is refunded."""
-    question = f"Order {order_id} totals INR {{{{1}}}}. How many rupees should be refunded?"
-    return {
-        "steps": [
-            _step(1, "order_total", {"order_id": order_id}, []),
-            _step(2, "ask_human", {"question": question, "audience": "author"}, [1]),
-            _step(
-                3,
-                "issue_refund",
-                {"order_id": order_id, "amount_inr": "{{2}}", "reason": reason},
-                [2],
-            ),
-            _step(
-                4,
-                "send_email",
-                {
-                    "to": customer,
-                    "subject": "Your refund",
-                    "body": f"We refunded INR {{{{2}}}} for order {order_id}. Reference: {{{{3}}}}",
-                },
-                [2, 3],
-            ),
-        ]
-    }
+        return shapes.confirmed_refund_plan(order_id=order_id, reason=reason, customer=customer)
+    return shapes.refund_plan(order_id=order_id, reason=reason, customer=customer, amount=amount)
 
 
 def _research_plan(goal: str) -> dict[str, Any]:
@@ -363,7 +248,7 @@ def _research_plan(goal: str) -> dict[str, Any]:
             else "plan-and-execute agent trade-offs"
         )
         queries = [first, second]
-    return {"steps": [_step(n, "search", {"query": q}, []) for n, q in enumerate(queries, 1)]}
+    return shapes.research_plan(queries)
 
 
 # --- ReAct -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ class McpToolSource:
     def specs(self) -> Mapping[str, ToolSpec]:
         if not getattr(settings, "AGENTSITE_MCP_SERVERS", None):
             return {}
+        # Why here: the MCP SDK loads only when servers are configured.
         from plans.mcp.tools import mcp_tool_specs
 
         return mcp_tool_specs()
@@ -29,6 +30,6 @@ class McpToolSource:
     def refresh(self, names: Collection[str], *, since: float) -> None:
         if not getattr(settings, "AGENTSITE_MCP_SERVERS", None):
             return
-        from plans.mcp.tools import refresh_servers_of
+        from plans.mcp.tools import refresh_servers_of  # why: as in specs()
 
         refresh_servers_of(names, since=since)

@@ -9,7 +9,7 @@ from django.db import migrations, models
 def backfill(apps, schema_editor):
     """Sum the rows already recorded. Uses today's rebuild (set-based SQL over the current
     models): should those models change, a later migration replaces this step."""
-    from plans.services.costs import rollup_rebuild
+    from plans.journal.rollup import rollup_rebuild
 
     rollup_rebuild()
 

@@ -22,7 +22,7 @@ from plans.models import Goal, Run
 from plans.notifications import emails
 from plans.notifications.catalog import FINISHED_EMAIL_STATUSES, KIND_TO_TYPE
 from plans.notifications.http import post
-from plans.notifications.models import Delivery, WebhookEndpoint
+from plans.notifications.models import Delivery, NotificationPreference, WebhookEndpoint
 from plans.notifications.signing import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -325,10 +325,6 @@ def next_due_at() -> datetime | None:
 
 def digests_send() -> int:
     """Email each daily-digest reviewer what waits for them; each email recorded as a delivery."""
-    from django.contrib.auth import get_user_model
-
-    from plans.notifications.models import NotificationPreference
-
     users = get_user_model().objects.filter(
         is_active=True,
         notification_preference__approval_emails=NotificationPreference.ApprovalEmails.DAILY,

@@ -1,6 +1,6 @@
 """The notifier: a thread of its own per process, fed after commit, sending on a small pool.
 
-Run events reach it through runtime.events' after-commit hook: the committing thread (often the
+Run events reach it through journal.events' after-commit hook: the committing thread (often the
 executor's) only puts them on a queue. The notifier turns them into delivery rows, and sends
 whatever is due on its pool, at most AGENTSITE_NOTIFY_PER_TARGET at a time to one endpoint (or
 to the mail server), so a hanging endpoint holds a few threads of its own and nothing else: not
@@ -28,6 +28,7 @@ from django.db import (
 from django.utils import timezone
 
 from plans.bulk import KeptConnection
+from plans.journal.events import on_events_committed
 from plans.notifications.catalog import NOTIFYING_KINDS
 from plans.notifications.deliveries import (
     deliveries_due,
@@ -214,8 +215,6 @@ notifier = Notifier()
 
 def install() -> None:
     """Register the notifier on the run event log's after-commit hook (from AppConfig.ready)."""
-    from plans.runtime.events import on_events_committed
-
     on_events_committed(notifier.events_committed)
 
 

@@ -16,7 +16,8 @@ from django.urls import reverse
 from plans.guards.redaction import redact
 from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
-from plans.roles import four_eyes_forbids
+from plans.roles import DECIDE, four_eyes_forbids
+from plans.selectors.approvals import approvals_waiting
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -35,7 +36,8 @@ def absolute(path: str) -> str:
 
 def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
     """Everyone who may decide this run's approvals and wants these emails (with an address)."""
-    perm = Permission.objects.get(content_type__app_label="plans", codename="decide_approval")
+    app_label, codename = DECIDE.split(".")
+    perm = Permission.objects.get(content_type__app_label=app_label, codename=codename)
     users = get_user_model().objects.filter(
         Q(is_superuser=True) | Q(user_permissions=perm) | Q(groups__permissions=perm),
         is_active=True,
@@ -117,8 +119,6 @@ def run_finished_email(run_id: int) -> Email | None:
 
 def digest_email(user: User) -> Email | None:
     """The daily digest: every approval waiting that this reviewer may decide."""
-    from plans.selectors.approvals import approvals_waiting
-
     waiting = [
         a
         for a in approvals_waiting(user)

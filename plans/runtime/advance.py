@@ -27,25 +27,26 @@ from plans.engine import (
 from plans.engine.citations import answer_check
 from plans.guards.budgets import author_daily_problem, rate_limit_wait
 from plans.guards.redaction import redact
+from plans.journal.events import LeaseLost, append_events, publish_text
+from plans.journal.leases import Heartbeat, Lease, lease_acquire, lease_hand_over, lease_release
+from plans.journal.tasks import advance_run_task
 from plans.llm import Completion, ModelError, ModelRequest, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, estimate_cost_usd, prices_for
 from plans.llm.prompts import answer_request
 from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
-from plans.runtime.events import LeaseLost, append_events, publish_text
-from plans.runtime.leases import Heartbeat, Lease, lease_acquire, lease_hand_over, lease_release
-from plans.runtime.recorder import RunRecorder
-from plans.runtime.steps import StepsExecution, error_text
-from plans.runtime.tasks import advance_run_task
-from plans.runtime.worker import waiting
-from plans.services.plans import (
+from plans.runtime.planning import (
     effects_done,
-    plan_current,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,
 )
+from plans.runtime.recorder import RunRecorder
+from plans.runtime.steps import StepsExecution
+from plans.runtime.tool_calls import error_text
+from plans.runtime.worker import waiting
+from plans.selectors.plans import plan_current
 from plans.tools import get_registry
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class RunAdvancer:
     def advance(self) -> str:
         self._count_interrupted_model_calls()
         if self.run.goal.agent == Goal.Agent.REACT:
-            from plans.runtime.react import ReactLoop  # it builds on this module
+            from plans.runtime.react import ReactLoop  # why here: it builds on this module
 
             return ReactLoop(self).advance()
         run = self.run

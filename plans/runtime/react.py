@@ -15,13 +15,15 @@ from django.conf import settings
 
 from plans import engine
 from plans.guards.redaction import redact
+from plans.journal.events import publish_text
 from plans.llm import model_for
 from plans.llm.prompts import react_request
 from plans.models import Run, Step
 from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
-from plans.runtime.events import publish_text
+from plans.runtime.planning import plan_step_add, plan_steps
 from plans.runtime.steps import StepsExecution
-from plans.services.plans import plan_current, plan_step_add, plan_steps, plan_store
+from plans.selectors.plans import plan_current
+from plans.services.plans import plan_store
 from plans.tools import tool_catalog_for_prompt
 
 REACT_SOURCE = "react"

@@ -30,10 +30,10 @@ from plans.bulk import (
     update_rows,
 )
 from plans.guards.redaction import redact, redacted_json
+from plans.journal.events import LeaseLost, announce_committed, append_events
+from plans.journal.leases import Lease
+from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
 from plans.models import Approval, HumanQuestion, ModelCall, RunEvent, Step, ToolCall
-from plans.runtime.events import LeaseLost, announce_committed, append_events
-from plans.runtime.leases import Lease
-from plans.services.costs import model_calls_recorded, tool_calls_recorded
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005

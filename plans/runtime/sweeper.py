@@ -25,12 +25,15 @@ from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from plans.bulk import KeptConnection, connection_lost, connection_used
+from plans.journal.leases import lease_seconds
+from plans.journal.tasks import advance_run_task
 from plans.models import Run, RunEvent
-from plans.runtime.leases import lease_seconds
+from plans.services.approvals import approvals_expire
+from plans.services.questions import questions_expire
 
 logger = logging.getLogger(__name__)
 
-TASK_PATH = "plans.runtime.tasks.advance_run_task"
+TASK_PATH = "plans.journal.tasks.advance_run_task"
 ACTIVE = (Run.Status.PLANNING, Run.Status.RUNNING)
 PARKED = (Run.Status.AWAITING_APPROVAL, Run.Status.AWAITING_PLAN_APPROVAL)
 # Events that give a parked run something to do.
@@ -54,10 +57,6 @@ def sweep_once() -> list[int]:
 
     Approvals left pending past their time limit expire first (their runs are continued).
     """
-    from plans.runtime.tasks import advance_run_task
-    from plans.services.approvals import approvals_expire
-    from plans.services.questions import questions_expire
-
     approvals_expire()
     questions_expire()
     with transaction.atomic():

@@ -1,7 +1,7 @@
 """Workers that take queued tasks (advance_run) from the database and run them.
 
 An idle worker sleeps until it is woken: at once by an enqueue in its own process, through
-PostgreSQL LISTEN/NOTIFY (on SQLite, through a local socket: plans.runtime.wakeups) by an enqueue
+PostgreSQL LISTEN/NOTIFY (on SQLite, through a local socket: plans.journal.wakeups) by an enqueue
 in any other process, and every IDLE_POLL_S regardless (the fallback for a wake-up missed).
 
 Waiting holds no worker: a process's worker count is a number of compute slots (runs that may
@@ -36,14 +36,12 @@ from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import is_locked_database_exception
 
 from plans.bulk import column_sql, connection_lost, rows_where
-from plans.runtime.wakeups import wakeups_listen
+from plans.journal.wakeups import TASKS_CHANNEL, waker, wakeups_listen
 
 logger = logging.getLogger(__name__)
 
 # Without a wake-up, a worker looks for work this often.
 IDLE_POLL_S = 1.0
-# The PostgreSQL channel an enqueue notifies (see plans.runtime.tasks.announce_enqueued).
-TASKS_CHANNEL = "agentsite_tasks"
 # The LISTEN connection, quiet this long, is checked (a dropped one hears nothing).
 LISTEN_CHECK_S = 5.0
 # A spare worker thread (one started for a run that went waiting) with nothing to claim for
@@ -62,32 +60,6 @@ def gc_tune_for_serving() -> None:
     """
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
-
-
-class Waker:
-    """Wakes idle workers; a wake-up that arrives while a worker is busy is not lost."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self.generation = 0
-
-    def wake(self, count: int = 1) -> None:
-        with self._condition:
-            self.generation += 1
-            self._condition.notify(count)
-
-    def wake_all(self) -> None:
-        with self._condition:
-            self.generation += 1
-            self._condition.notify_all()
-
-    def wait(self, seen: int, timeout: float) -> None:
-        """Sleep until a wake-up after generation `seen`, or the timeout."""
-        with self._condition:
-            self._condition.wait_for(lambda: self.generation != seen, timeout)
-
-
-waker = Waker()
 
 
 def worker_id_prefix() -> str:

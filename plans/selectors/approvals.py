@@ -8,7 +8,8 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 
-from plans.models import Approval, HumanQuestion, Plan, Run
+from plans.models import Approval, HumanQuestion, Plan, Run, Step
+from plans.roles import may_decide
 from plans.selectors.runs import run_visibility
 
 
@@ -24,6 +25,51 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
     return waiting.none() if rule is None else waiting.filter(rule)
 
 
+def approvals_visible(user: User | AnonymousUser, ids: list[int]) -> dict[int, Approval]:
+    """Of the approvals with these ids, those of runs the user may see, by id."""
+    rule = run_visibility(user, through="run__")
+    if rule is None:
+        return {}
+    approvals = Approval.objects.filter(pk__in=ids).filter(rule)
+    return {a.pk: a for a in approvals.select_related("run__goal__author", "step")}
+
+
+def approval_inputs(approvals: list[Approval]) -> dict[int, list[Step]]:
+    """By approval, the steps whose results fed its arguments (its step's dependencies)."""
+    plan_ids = {approval.step.plan_id for approval in approvals}
+    steps = {(s.plan_id, s.step_id): s for s in Step.objects.filter(plan_id__in=plan_ids)}
+    return {
+        approval.pk: [
+            steps[(approval.step.plan_id, dep)]
+            for dep in approval.step.depends_on
+            if (approval.step.plan_id, dep) in steps
+        ]
+        for approval in approvals
+    }
+
+
+def approvals_of_round(*, run_id: int, round_no: int, ids: list[int]) -> list[Approval]:
+    """Of these approvals, those of the run's round (what one decision form may decide)."""
+    return list(
+        Approval.objects.filter(pk__in=ids, run_id=run_id, step__round=round_no).select_related(
+            "run__goal__author", "step"
+        )
+    )
+
+
+def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> list[Approval]:
+    """The round's approvals just decided, with those of it still waiting."""
+    return list(
+        Approval.objects.filter(run_id=run_id, step__round=round_no)
+        .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
+        .select_related("run__goal__author", "step", "reviewer")
+    )
+
+
+def question_get(question_id: int) -> HumanQuestion | None:
+    return HumanQuestion.objects.filter(pk=question_id).first()
+
+
 # Waiting requests are counted up to here, more shown as "1,000+": at a million runs thousands
 # wait, and counting them all (each joined to its run) on every page's nav badge took longer
 # than the page.
@@ -36,7 +82,7 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
     if not user.is_authenticated:
         return 0
     asked = len(questions_waiting(user))
-    if not user.has_perm("plans.decide_approval"):
+    if not may_decide(user):
         return asked
     return asked + approvals_waiting(user).order_by().values("pk")[: WAITING_COUNT_CAP + 1].count()
 

@@ -5,19 +5,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
 from plans.guards.audit import chain_problems
 from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall
-from plans.ui.charts import Span, gantt_svg
-from plans.ui.graphs import STATUS_COLOURS
 
 # --- one run's audit -------------------------------------------------------------------------
 
@@ -53,7 +49,6 @@ AUDIT_ROWS_PAGE = 50
 
 @dataclass
 class RunAudit(RunRecords):
-    timeline_svg: SafeString | None = None
     chain_problems: list[str] = field(default_factory=list)
     events_total: int = 0
     # The events shown are those after seq events_after; the neighbouring pages' starts.
@@ -112,14 +107,13 @@ def run_records_get(
 def run_audit_get(
     *,
     run: Run,
-    now: datetime | None = None,
     events_after: int = 0,
     events_page: int | None = None,
     steps_after: int = 0,
     tool_calls_after: int = 0,
 ) -> RunAudit:
     """The run's records with a page of its event log, of each version's steps and of its tool
-    calls, its step timeline drawn as SVG, and a check of its whole event hash chain."""
+    calls, and a check of its whole event hash chain."""
     events_page = events_page or AUDIT_EVENTS_PAGE
     rows_page = AUDIT_ROWS_PAGE
     records = run_records_get(
@@ -129,7 +123,6 @@ def run_audit_get(
         tool_calls_after=tool_calls_after,
         tool_calls_limit=rows_page,
     )
-    spans = run_timeline(records, now=now or timezone.now())
     # The event log is read after a seq; seqs run from 1 without gaps, so seq is a position.
     last_shown = records.events[-1].seq if records.events else events_after
     events_next_after, events_previous_after = neighbour_pages(
@@ -167,11 +160,6 @@ def run_audit_get(
         tool_calls_previous_after=tool_calls_previous_after,
     )
     _compare_versions(records)
-    if spans:
-        # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
-        audit.timeline_svg = mark_safe(  # noqa: S308
-            gantt_svg(spans, title=f"Timeline of the steps of run {run.pk}")
-        )
     return audit
 
 
@@ -197,42 +185,6 @@ def _compare_versions(records: RunRecords) -> None:
                 old_version=base.plan.version,
             ),
         )
-
-
-def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
-    """One span per started step, from the run's start, grouped by (plan version and) round."""
-    started = [
-        (version.plan.version, step, step.started_at)
-        for version in records.versions
-        for step in version.steps
-        if step.started_at
-    ]
-    if not started:
-        return []
-    origin = min([at for _, _, at in started] + [records.run.started_at or now])
-    several_versions = len({number for number, _, _ in started}) > 1
-    ongoing_until = records.run.finished_at or now
-    spans = []
-    for number, step, started_at in sorted(
-        started, key=lambda item: (item[0], item[1].round, item[2])
-    ):
-        end = step.finished_at or ongoing_until
-        seconds = (end - started_at).total_seconds()
-        group = (
-            f"Plan v{number} · round {step.round}" if several_versions else f"Round {step.round}"
-        )
-        spans.append(
-            Span(
-                group=group,
-                label=f"{step.step_id} · {step.tool}",
-                start=(started_at - origin).total_seconds(),
-                end=(end - origin).total_seconds(),
-                fill=STATUS_COLOURS.get(step.status, STATUS_COLOURS["pending"]),
-                title=f"step {step.step_id} · {step.tool}: {step.status}, {seconds:.3f} s",
-                open_ended=step.finished_at is None,
-            )
-        )
-    return spans
 
 
 EXPORT_FORMAT = "agentsite.run-export/1"
@@ -298,57 +250,54 @@ class Streamed(list[Any]):
         return started if started is not None else self._rows()
 
 
+# The fields each record is exported with, in order (the names are the models' own).
+RUN_FIELDS = (
+    "status", "answer", "answer_check", "origin_id", "origin_kind", "origin_plan_version",
+    "error", "budget_usd", "budget_tokens", "max_parallel_steps", "cancel_requested",
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_usd",
+    "model_call_count", "round_count", "tools_used", "created_at", "started_at", "finished_at",
+    "duration_ms", "last_seq", "last_event_hash",
+)  # fmt: skip
+STEP_FIELDS = (
+    "tool", "args", "depends_on", "destructive", "round", "status", "resolved_args", "result",
+    "error", "attempts", "reused_from", "started_at", "finished_at",
+)  # fmt: skip
+MODEL_CALL_FIELDS = (
+    "purpose", "model", "input_tokens", "output_tokens", "cache_read_tokens",
+    "cache_write_tokens", "prices", "cost_usd", "latency_ms", "error", "created_at",
+)  # fmt: skip
+TOOL_CALL_FIELDS = (
+    "tool", "attempt", "args", "result", "error", "idempotency_key", "started_at",
+    "duration_ms", "late_result", "late_error", "late_arrived_at",
+)  # fmt: skip
+EVENT_FIELDS = ("seq", "kind", "payload", "at", "prev_hash", "hash")
+
+
+def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    # A foreign key's column exports under the relation's name ("origin", not "origin_id").
+    return {name.removesuffix("_id"): getattr(row, name) for name in names}
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user else None
+
+
 def run_export_data(*, run: Run) -> dict[str, Any]:
     """The whole run as JSON-ready data: run, goal, plans and steps, and every record.
 
     The tool calls and the event log (most of a big run) are Streamed: read while encoded.
     """
     plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
-    records = RunRecords(
-        run=run,
-        versions=[PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans],
-        approvals=list(
-            run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
-        ),
-        model_calls=list(run.model_calls.order_by("created_at", "pk")),
-        tool_calls=[],
-        events=[],
-    )
+    versions = [PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans]
+    approvals = run.approvals.select_related("reviewer", "step__plan")
     tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
     events = run.events.order_by("seq")
     goal = run.goal
-    version_of = {version.plan.pk: version.plan.version for version in records.versions}
+    version_of = {version.plan.pk: version.plan.version for version in versions}
     return {
         "format": EXPORT_FORMAT,
         "exported_at": timezone.now(),
-        "run": {
-            "id": run.pk,
-            "status": run.status,
-            "answer": run.answer,
-            "answer_check": run.answer_check,
-            "origin": run.origin_id,
-            "origin_kind": run.origin_kind,
-            "origin_plan_version": run.origin_plan_version,
-            "error": run.error,
-            "budget_usd": run.budget_usd,
-            "budget_tokens": run.budget_tokens,
-            "max_parallel_steps": run.max_parallel_steps,
-            "cancel_requested": run.cancel_requested,
-            "input_tokens": run.input_tokens,
-            "output_tokens": run.output_tokens,
-            "cache_read_tokens": run.cache_read_tokens,
-            "cache_write_tokens": run.cache_write_tokens,
-            "cost_usd": run.cost_usd,
-            "model_call_count": run.model_call_count,
-            "round_count": run.round_count,
-            "tools_used": run.tools_used,
-            "created_at": run.created_at,
-            "started_at": run.started_at,
-            "finished_at": run.finished_at,
-            "duration_ms": run.duration_ms,
-            "last_seq": run.last_seq,
-            "last_event_hash": run.last_event_hash,
-        },
+        "run": {"id": run.pk, **_fields(run, RUN_FIELDS)},
         "goal": {
             "id": goal.pk,
             "text": goal.text,
@@ -357,80 +306,13 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             "require_plan_approval": goal.require_plan_approval,
             "created_at": goal.created_at,
         },
-        "plans": [
-            {
-                "version": version.plan.version,
-                "parent_version": (
-                    version_of.get(version.plan.parent_id) if version.plan.parent_id else None
-                ),
-                "source": version.plan.source,
-                "is_valid": version.plan.is_valid,
-                "problems": version.plan.problems,
-                "raw_output": version.plan.raw_output,
-                "created_at": version.plan.created_at,
-                "decision": version.plan.decision,
-                "decided_by": (
-                    version.plan.decided_by.get_username() if version.plan.decided_by else None
-                ),
-                "decision_reason": version.plan.decision_reason,
-                "decided_at": version.plan.decided_at,
-                "steps": [
-                    {
-                        "id": step.step_id,
-                        "tool": step.tool,
-                        "args": step.args,
-                        "depends_on": step.depends_on,
-                        "destructive": step.destructive,
-                        "round": step.round,
-                        "status": step.status,
-                        "resolved_args": step.resolved_args,
-                        "result": step.result,
-                        "error": step.error,
-                        "attempts": step.attempts,
-                        "reused_from": step.reused_from,
-                        "started_at": step.started_at,
-                        "finished_at": step.finished_at,
-                    }
-                    for step in version.steps
-                ],
-            }
-            for version in records.versions
-        ],
+        "plans": [_exported_plan(version, version_of) for version in versions],
         "approvals": [
-            {
-                "id": approval.pk,
-                "plan_version": approval.step.plan.version,
-                "step": approval.step.step_id,
-                "tool": approval.tool,
-                "requested_args": approval.requested_args,
-                "args": approval.args,
-                "edited": approval.args != approval.requested_args,
-                "args_sha256": approval.args_sha256,
-                "decision": approval.decision,
-                "reviewer": approval.reviewer.get_username() if approval.reviewer else None,
-                "via": approval.via,
-                "reason": approval.reason,
-                "requested_at": approval.requested_at,
-                "decided_at": approval.decided_at,
-            }
-            for approval in records.approvals
+            _exported_approval(approval) for approval in approvals.order_by("requested_at", "pk")
         ],
         "model_calls": [
-            {
-                "id": call.pk,
-                "purpose": call.purpose,
-                "model": call.model,
-                "input_tokens": call.input_tokens,
-                "output_tokens": call.output_tokens,
-                "cache_read_tokens": call.cache_read_tokens,
-                "cache_write_tokens": call.cache_write_tokens,
-                "prices": call.prices,
-                "cost_usd": call.cost_usd,
-                "latency_ms": call.latency_ms,
-                "error": call.error,
-                "created_at": call.created_at,
-            }
-            for call in records.model_calls
+            {"id": call.pk, **_fields(call, MODEL_CALL_FIELDS)}
+            for call in run.model_calls.order_by("created_at", "pk")
         ],
         "tool_calls": Streamed(
             lambda: (
@@ -438,34 +320,51 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
                     "id": call.pk,
                     "plan_version": call.step.plan.version,
                     "step": call.step.step_id,
-                    "tool": call.tool,
-                    "attempt": call.attempt,
-                    "args": call.args,
-                    "result": call.result,
-                    "error": call.error,
-                    "idempotency_key": call.idempotency_key,
-                    "started_at": call.started_at,
-                    "duration_ms": call.duration_ms,
-                    "late_result": call.late_result,
-                    "late_error": call.late_error,
-                    "late_arrived_at": call.late_arrived_at,
+                    **_fields(call, TOOL_CALL_FIELDS),
                 }
                 for call in tool_calls.iterator(chunk_size=500)
             )
         ),
         "events": Streamed(
-            lambda: (
-                {
-                    "seq": event.seq,
-                    "kind": event.kind,
-                    "payload": event.payload,
-                    "at": event.at,
-                    "prev_hash": event.prev_hash,
-                    "hash": event.hash,
-                }
-                for event in events.iterator(chunk_size=1000)
-            )
+            lambda: (_fields(event, EVENT_FIELDS) for event in events.iterator(chunk_size=1000))
         ),
+    }
+
+
+def _exported_plan(version: PlanVersion, version_of: dict[int, int]) -> dict[str, Any]:
+    plan = version.plan
+    return {
+        "version": plan.version,
+        "parent_version": version_of.get(plan.parent_id) if plan.parent_id else None,
+        "source": plan.source,
+        "is_valid": plan.is_valid,
+        "problems": plan.problems,
+        "raw_output": plan.raw_output,
+        "created_at": plan.created_at,
+        "decision": plan.decision,
+        "decided_by": _username(plan.decided_by),
+        "decision_reason": plan.decision_reason,
+        "decided_at": plan.decided_at,
+        "steps": [{"id": step.step_id, **_fields(step, STEP_FIELDS)} for step in version.steps],
+    }
+
+
+def _exported_approval(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.pk,
+        "plan_version": approval.step.plan.version,
+        "step": approval.step.step_id,
+        "tool": approval.tool,
+        "requested_args": approval.requested_args,
+        "args": approval.args,
+        "edited": approval.args != approval.requested_args,
+        "args_sha256": approval.args_sha256,
+        "decision": approval.decision,
+        "reviewer": _username(approval.reviewer),
+        "via": approval.via,
+        "reason": approval.reason,
+        "requested_at": approval.requested_at,
+        "decided_at": approval.decided_at,
     }
 
 

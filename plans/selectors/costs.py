@@ -9,9 +9,8 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F, Sum
+from django.db.models import F, QuerySet, Sum
 from django.utils import timezone
-from django.utils.safestring import SafeString, mark_safe
 
 from plans.models import (
     ApprovalRollup,
@@ -22,7 +21,6 @@ from plans.models import (
     ToolRollup,
 )
 from plans.selectors.runs import start_of_day
-from plans.ui.charts import Bar, bar_chart_svg, usd_label
 
 # --- costs and health ------------------------------------------------------------------------
 
@@ -57,7 +55,6 @@ class CostReport:
     total_usd: Decimal
     model_calls: int
     daily: list[dict[str, Any]]
-    daily_svg: SafeString
     by_model: list[dict[str, Any]]
     by_author: list[dict[str, Any]]
     by_tool: list[dict[str, Any]]
@@ -71,13 +68,56 @@ class CostReport:
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
     """Spend and health over the last `days` days (today included), read from the rollup
-    (plans.services.costs): nine queries over a few rows per day, whatever the run count."""
+    (plans.journal.rollup): nine queries over a few rows per day, whatever the run count."""
     now = now or timezone.now()
     today = timezone.localdate(now)
     first_day = today - timedelta(days=days - 1)
     since = start_of_day(first_day)
 
     spend = SpendRollup.objects.filter(day__gte=first_day)
+    daily = _daily(spend, first_day, days)
+    total = sum((row["cost"] for row in daily), Decimal(0))
+    call_count = sum(row["calls"] for row in daily)
+    runs = RunRollup.objects.filter(day__gte=first_day)
+    by_model, by_author = _by_model(spend), _by_author(spend, runs)
+    for row in [*by_model, *by_author]:
+        row["cost"] = _usd(row["cost"])
+        row["share"] = float(row["cost"] / total) if total else 0.0
+    by_tool = _by_tool(first_day)
+
+    run_counts = runs.aggregate(
+        total=Sum("runs"),
+        finished=Sum("finished"),
+        exhausted=Sum("budget_exhausted"),
+        completed=Sum("completed"),
+        completed_tokens=Sum("completed_tokens"),
+    )
+    approval_counts = ApprovalRollup.objects.filter(day__gte=first_day).aggregate(
+        decided=Sum("decided"), rejected=Sum("rejected")
+    )
+
+    return CostReport(
+        days=days,
+        since=since,
+        total_usd=total,
+        model_calls=call_count,
+        daily=daily,
+        by_model=by_model,
+        by_author=by_author,
+        by_tool=by_tool,
+        tokens=_tokens_per_completed_run(
+            first_day, run_counts["completed"] or 0, run_counts["completed_tokens"] or 0
+        ),
+        rejections=Rate(approval_counts["rejected"] or 0, approval_counts["decided"] or 0),
+        tool_errors=Rate(sum(r["errors"] for r in by_tool), sum(r["calls"] for r in by_tool)),
+        budget_exhaustion=Rate(run_counts["exhausted"] or 0, run_counts["finished"] or 0),
+        runs=run_counts["total"] or 0,
+        generated_at=now,
+    )
+
+
+def _daily(spend: QuerySet[SpendRollup], first_day: date, days: int) -> list[dict[str, Any]]:
+    """Cost and calls of each day of the window, days without calls included."""
     per_day: dict[date, dict[str, Any]] = {
         row["day"]: dict(row)
         for row in spend.values("day").annotate(cost=Sum("cost_usd"), calls=Sum("calls")).order_by()
@@ -87,10 +127,11 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         day = first_day + timedelta(days=offset)
         row = per_day.get(day, {})
         daily.append({"day": day, "cost": _usd(row.get("cost")), "calls": row.get("calls") or 0})
-    total = sum((row["cost"] for row in daily), Decimal(0))
-    call_count = sum(row["calls"] for row in daily)
+    return daily
 
-    by_model = _rows(
+
+def _by_model(spend: QuerySet[SpendRollup]) -> list[dict[str, Any]]:
+    return _rows(
         spend.values("model")
         .annotate(
             calls=Sum("calls"),
@@ -103,7 +144,9 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         .filter(calls__gt=0)
         .order_by("-cost", "model")
     )
-    runs = RunRollup.objects.filter(day__gte=first_day)
+
+
+def _by_author(spend: QuerySet[SpendRollup], runs: QuerySet[RunRollup]) -> list[dict[str, Any]]:
     # Runs an author created in the window (a run counts once, however many days it calls).
     runs_by_author = dict(
         runs.values_list("author").annotate(n=Sum("runs")).order_by().values_list("author", "n")
@@ -117,10 +160,10 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
     for row in by_author:
         row["author"] = row.pop("name")
         row["runs"] = runs_by_author.get(row.pop("author_id"), 0)
-    for row in [*by_model, *by_author]:
-        row["cost"] = _usd(row["cost"])
-        row["share"] = float(row["cost"] / total) if total else 0.0
+    return by_author
 
+
+def _by_tool(first_day: date) -> list[dict[str, Any]]:
     by_tool = _rows(
         ToolRollup.objects.filter(day__gte=first_day)
         .values("tool")
@@ -149,51 +192,7 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         planning = planned.get(row["tool"], {})
         row["runs"] = planning.get("runs") or 0
         row["runs_cost"] = _usd(planning.get("cost"))
-
-    run_counts = runs.aggregate(
-        total=Sum("runs"),
-        finished=Sum("finished"),
-        exhausted=Sum("budget_exhausted"),
-        completed=Sum("completed"),
-        completed_tokens=Sum("completed_tokens"),
-    )
-    approval_counts = ApprovalRollup.objects.filter(day__gte=first_day).aggregate(
-        decided=Sum("decided"), rejected=Sum("rejected")
-    )
-
-    return CostReport(
-        days=days,
-        since=since,
-        total_usd=total,
-        model_calls=call_count,
-        daily=daily,
-        daily_svg=mark_safe(  # noqa: S308 - built from XML elements, escaped on serialisation
-            bar_chart_svg(
-                [
-                    Bar(
-                        label=row["day"].strftime("%b %-d"),
-                        value=float(row["cost"]),
-                        title=f"{row['day']:%a %b %-d}: ${row['cost']:.6f} in {row['calls']} "
-                        + ("call" if row["calls"] == 1 else "calls"),
-                    )
-                    for row in daily
-                ],
-                value_label=usd_label,
-                title=f"Model spend per day, last {days} days",
-            )
-        ),
-        by_model=by_model,
-        by_author=by_author,
-        by_tool=by_tool,
-        tokens=_tokens_per_completed_run(
-            first_day, run_counts["completed"] or 0, run_counts["completed_tokens"] or 0
-        ),
-        rejections=Rate(approval_counts["rejected"] or 0, approval_counts["decided"] or 0),
-        tool_errors=Rate(sum(r["errors"] for r in by_tool), sum(r["calls"] for r in by_tool)),
-        budget_exhaustion=Rate(run_counts["exhausted"] or 0, run_counts["finished"] or 0),
-        runs=run_counts["total"] or 0,
-        generated_at=now,
-    )
+    return by_tool
 
 
 def _tokens_per_completed_run(first_day: date, runs: int, tokens: int) -> TokenStats:

@@ -10,12 +10,15 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import Count, F, Func, IntegerField, Q, QuerySet
+from django.db.models import Count, Exists, F, Func, IntegerField, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from plans.models import Goal, Run, Step
+from plans.journal.events import event_message
+from plans.models import Goal, Run, RunEvent, Step
+from plans.roles import may_decide
 
 # --- who sees what: the one rule ---------------------------------------------------------
 
@@ -28,7 +31,7 @@ def run_visibility(user: User | AnonymousUser, *, through: str = "") -> Q | None
     """
     if not user.is_authenticated:
         return None
-    if user.has_perm("plans.view_all_runs") or user.has_perm("plans.decide_approval"):
+    if user.has_perm("plans.view_all_runs") or may_decide(user):
         return Q()
     return Q(**{f"{through}goal__author": user})
 
@@ -43,6 +46,29 @@ def runs_visible_to(user: User | AnonymousUser) -> QuerySet[Run]:
 def run_visible_get(*, user: User | AnonymousUser, run_id: int) -> Run | None:
     """The run, if it exists and the user may see it (whether it exists is not told apart)."""
     return runs_visible_to(user).filter(pk=run_id).first()
+
+
+def run_get(run_id: int) -> Run:
+    """The run with its goal and author (raises Run.DoesNotExist)."""
+    return Run.objects.select_related("goal__author").get(pk=run_id)
+
+
+def run_events_after(run: Run | int, after: int) -> list[dict[str, Any]]:
+    """The run's events after seq `after`, oldest first, in the form they were published."""
+    run_id = run if isinstance(run, int) else run.pk
+    return [event_message(e) for e in RunEvent.objects.filter(run_id=run_id, seq__gt=after)]
+
+
+def runs_recent_of(author: User, *, limit: int) -> QuerySet[Run]:
+    """The author's latest runs, newest first, goal joined."""
+    runs = Run.objects.filter(goal__author=author).select_related("goal")
+    return runs.order_by("-created_at")[:limit]
+
+
+def authors_with_goals() -> list[str]:
+    """The usernames of everyone who has handed the agent a goal, in order."""
+    users = get_user_model().objects.filter(Exists(Goal.objects.filter(author=OuterRef("pk"))))
+    return list(users.order_by("username").values_list("username", flat=True))
 
 
 # --- the runs list ---------------------------------------------------------------------------

@@ -11,15 +11,26 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from plans.engine import unstorable_in
+from plans.journal.events import append_events
+from plans.journal.tasks import run_enqueue
 from plans.models import Approval, Plan, Run
 from plans.roles import four_eyes_forbids
-from plans.runtime.events import append_events
-from plans.runtime.tasks import run_enqueue
 from plans.selectors.approvals import changes_refusal
-from plans.services.approvals import ApprovalRefused, approvals_decide, reviewer_check
+from plans.services.approvals import (
+    ApprovalRefused,
+    approvals_decide,
+    four_eyes_refused,
+    reviewer_check,
+)
+from plans.services.plans import plan_not_waiting
+from plans.services.refusals import text_clean
 
 INSTRUCTIONS_MAX_CHARS = 2_000
+
+
+class ChangesRefused(ApprovalRefused):
+    """Changes that cannot be requested: codes as ApprovalRefused's, and text_invalid,
+    one_run_only and changes_refused (the run may not be replanned: changes_refusal)."""
 
 
 def changes_request(
@@ -31,12 +42,12 @@ def changes_request(
     instructions = _instructions_clean(instructions)
     runs = {approval.run_id for approval in approvals}
     if len(runs) != 1:
-        raise ApprovalRefused("Request changes for the steps of one run at a time.")
+        raise ChangesRefused("one_run_only", "Request changes for the steps of one run at a time.")
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("goal").get(pk=runs.pop())
         refusal = changes_refusal(run)
         if refusal:
-            raise ApprovalRefused(refusal)
+            raise ChangesRefused("changes_refused", refusal)
         decided = approvals_decide(
             approvals=approvals,
             reviewer=reviewer,
@@ -74,14 +85,12 @@ def plan_changes_request(*, plan: Plan, reviewer: User | None, instructions: str
         )
         run = locked.run
         if locked.decision or run.status != Run.Status.AWAITING_PLAN_APPROVAL:
-            raise ApprovalRefused("This plan is not waiting for a decision.")
+            raise plan_not_waiting()
         if four_eyes_forbids(run=run, reviewer=reviewer, via="web"):
-            raise ApprovalRefused(
-                "Four-eyes rule: you submitted this goal, so another reviewer must decide its plan."
-            )
+            raise four_eyes_refused("plan")
         refusal = changes_refusal(run)
         if refusal:
-            raise ApprovalRefused(refusal)
+            raise ChangesRefused("changes_refused", refusal)
         request = {
             "step": None,
             "tool": "",
@@ -115,12 +124,12 @@ def plan_changes_request(*, plan: Plan, reviewer: User | None, instructions: str
 
 
 def _instructions_clean(instructions: str) -> str:
-    instructions = instructions.strip()
-    if not instructions:
-        raise ApprovalRefused("Write the changes you want (for example “refund 500, not 5000”).")
-    if len(instructions) > INSTRUCTIONS_MAX_CHARS:
-        raise ApprovalRefused(f"Instructions may be at most {INSTRUCTIONS_MAX_CHARS:,} characters.")
-    unstorable = unstorable_in(instructions)
-    if unstorable is not None:
-        raise ApprovalRefused(f"The instructions hold text that cannot be stored: {unstorable}.")
-    return instructions
+    return text_clean(
+        instructions,
+        refused=ChangesRefused,
+        code="text_invalid",
+        holds="The instructions hold",
+        empty="Write the changes you want (for example “refund 500, not 5000”).",
+        max_chars=INSTRUCTIONS_MAX_CHARS,
+        too_long="Instructions may be at most {limit:,} characters.",
+    )

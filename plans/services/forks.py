@@ -17,9 +17,8 @@ from django.db import transaction
 
 from plans import engine
 from plans.models import Plan, Run, Step
-from plans.roles import may_submit_goals
 from plans.services.plans import plan_check
-from plans.services.runs import GoalRejected, run_create, run_start
+from plans.services.runs import GoalRejected, author_check, run_create, run_start
 from plans.tools import get_registry
 
 
@@ -90,14 +89,8 @@ def fork_preview(*, origin: Run, plan_text: str) -> ForkPreview:
     return preview
 
 
-def _check_may_start(origin: Run, author: User) -> None:
-    if not may_submit_goals(author):
-        raise GoalRejected("Only authors may start runs.")
-
-
-def run_rerun(*, origin: Run, author: User) -> Run:
+def run_rerun(*, origin: Run, author: User, via: str = "web") -> Run:
     """The same goal, with the same options, planned afresh as a new run linked to its origin."""
-    _check_may_start(origin, author)
     goal = origin.goal
     with transaction.atomic():
         run = run_create(
@@ -106,19 +99,22 @@ def run_rerun(*, origin: Run, author: User) -> Run:
             run_dependants_of_failures=goal.run_dependants_of_failures,
             require_plan_approval=goal.require_plan_approval,
             agent=goal.agent,
+            via=via,
         )
         _link(run, origin, Run.Origin.RERUN, None)
     run_start(run)
     return run
 
 
-def run_fork(*, origin: Run, author: User, plan_text: str, version: int | None) -> Run:
+def run_fork(
+    *, origin: Run, author: User, plan_text: str, version: int | None, via: str = "web"
+) -> Run:
     """A new run of the given plan (a version of the origin's, maybe edited); GoalRejected with
     the problems if the plan is not valid, and nothing is created then."""
-    _check_may_start(origin, author)
+    author_check(author, via=via)  # before the plan's problems: they are not an outsider's
     preview = fork_preview(origin=origin, plan_text=plan_text)
     if preview.problems:
-        raise GoalRejected("The plan has problems: " + "; ".join(preview.problems))
+        raise GoalRejected("goal_invalid", "The plan has problems: " + "; ".join(preview.problems))
     goal = origin.goal
     with transaction.atomic():
         run = run_create(
@@ -127,6 +123,7 @@ def run_fork(*, origin: Run, author: User, plan_text: str, version: int | None) 
             plan_data=json.loads(plan_text),
             run_dependants_of_failures=goal.run_dependants_of_failures,
             require_plan_approval=goal.require_plan_approval,
+            via=via,
         )
         _link(run, origin, Run.Origin.FORK, version)
     run_start(run)

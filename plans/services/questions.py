@@ -14,16 +14,17 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
-from plans.engine import unstorable_in
+from plans.journal.events import INBOX_GROUP, append_events, group_send
+from plans.journal.tasks import run_enqueue
 from plans.models import HumanQuestion, Run
-from plans.runtime.events import INBOX_GROUP, append_events, group_send
-from plans.runtime.tasks import run_enqueue
+from plans.services.refusals import Refused, text_clean
 
 ANSWER_MAX_CHARS = 10_000
 
 
-class AnswerRefused(Exception):
-    """An answer that cannot be recorded; the message says why, and nothing was changed."""
+class AnswerRefused(Refused):
+    """An answer that cannot be recorded; nothing was changed. Codes: text_invalid,
+    not_in_audience, already_decided, run_ended, not_a_choice."""
 
 
 def question_audience_includes(*, question: HumanQuestion, user: User | AnonymousUser) -> bool:
@@ -37,14 +38,15 @@ def question_audience_includes(*, question: HumanQuestion, user: User | Anonymou
 
 def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answer: str) -> None:
     """Record a person's answer; the run continues with it as the step's result."""
-    answer = answer.strip()
-    if not answer:
-        raise AnswerRefused("Type an answer (or pick a choice) first.")
-    if len(answer) > ANSWER_MAX_CHARS:
-        raise AnswerRefused(f"An answer may be at most {ANSWER_MAX_CHARS:,} characters.")
-    unstorable = unstorable_in(answer)
-    if unstorable is not None:
-        raise AnswerRefused(f"The answer holds text that cannot be stored: {unstorable}.")
+    answer = text_clean(
+        answer,
+        refused=AnswerRefused,
+        code="text_invalid",
+        holds="The answer holds",
+        empty="Type an answer (or pick a choice) first.",
+        max_chars=ANSWER_MAX_CHARS,
+        too_long="An answer may be at most {limit:,} characters.",
+    )
     with transaction.atomic():
         locked = (
             HumanQuestion.objects.select_for_update(of=("self",))
@@ -53,13 +55,19 @@ def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answ
         )
         if not question_audience_includes(question=locked, user=user):
             who = "the run's author" if locked.audience == "author" else f"the {locked.audience}"
-            raise AnswerRefused(f"This question is for {who}.")
+            raise AnswerRefused("not_in_audience", f"This question is for {who}.")
         if locked.state != HumanQuestion.State.PENDING:
-            raise AnswerRefused(f"This question was already {locked.state}; an answer is final.")
+            raise AnswerRefused(
+                "already_decided", f"This question was already {locked.state}; an answer is final."
+            )
         if locked.run.is_terminal or locked.run.cancel_requested:
-            raise AnswerRefused(f"The run has ended ({locked.run.status}); nothing to answer.")
+            raise AnswerRefused(
+                "run_ended", f"The run has ended ({locked.run.status}); nothing to answer."
+            )
         if locked.choices and answer not in locked.choices:
-            raise AnswerRefused("Pick one of the choices: " + ", ".join(locked.choices) + ".")
+            raise AnswerRefused(
+                "not_a_choice", "Pick one of the choices: " + ", ".join(locked.choices) + "."
+            )
         assert isinstance(user, User)
         locked.state = HumanQuestion.State.ANSWERED
         locked.answer = answer

@@ -10,30 +10,42 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from plans import engine
+from plans.journal.events import append_events
+from plans.journal.tasks import run_enqueue
 from plans.models import Experiment, Goal, Run
-from plans.runtime.events import append_events
-from plans.runtime.tasks import run_enqueue
-from plans.services.plans import plan_check, plan_current, plan_store
+from plans.roles import PEOPLES_CHANNELS, may_submit_goals
+from plans.selectors.plans import plan_current
+from plans.services.plans import plan_check, plan_store
+from plans.services.refusals import Refused, text_clean
 
 GOAL_MAX_CHARS = 2000
+NOT_AN_AUTHOR = (
+    "Only authors can hand the agent a goal. Ask an administrator to add you to the "
+    "“authors” group."
+)
 
 
-class GoalRejected(ValueError):
-    """The goal text cannot be accepted; the message says why."""
+class GoalRejected(Refused, ValueError):
+    """The run cannot be created: its goal or plan (code goal_invalid) or its author
+    (not_an_author); the message says why."""
 
 
 def goal_clean(text: str) -> str:
-    text = (text or "").strip()
-    if not text:
-        raise GoalRejected("The goal is empty: say what you want the agent to do.")
-    unstorable = engine.unstorable_in(text)
-    if unstorable is not None:
-        raise GoalRejected(f"The goal holds text that cannot be stored: {unstorable}.")
-    if len(text) > GOAL_MAX_CHARS:
-        raise GoalRejected(
-            f"The goal is {len(text)} characters long; the limit is {GOAL_MAX_CHARS}."
-        )
-    return text
+    return text_clean(
+        text,
+        refused=GoalRejected,
+        code="goal_invalid",
+        holds="The goal holds",
+        empty="The goal is empty: say what you want the agent to do.",
+        max_chars=GOAL_MAX_CHARS,
+        too_long="The goal is {length} characters long; the limit is {limit}.",
+    )
+
+
+def author_check(author: User, *, via: str) -> None:
+    """Through the pages and the API, only authors may create runs (the CLI is the operator's)."""
+    if via in PEOPLES_CHANNELS and not may_submit_goals(author):
+        raise GoalRejected("not_an_author", NOT_AN_AUTHOR)
 
 
 def run_create(
@@ -49,23 +61,15 @@ def run_create(
     lift_plan_step_cap: bool = False,
     agent: str = Goal.Agent.PLAN_EXECUTE,
     experiment: Experiment | None = None,
+    via: str = "cli",
 ) -> Run:
     """Create a goal and its run; with plan_data the plan is validated now, skipping the planner.
 
     agent picks the loop (plan-and-execute or ReAct); an experiment tags the run as an eval run.
+    via names the channel: "web" and "api" (people signed in) need an author (author_check).
     """
-    if agent not in Goal.Agent.values:
-        raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
-    if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
-        raise ValueError("a plan file is run by the plan-and-execute agent only")
-    if agent == Goal.Agent.REACT and (
-        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
-    ):
-        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
-        raise GoalRejected(
-            "The ReAct agent has no plan to approve before it acts; under plan approval, "
-            "choose plan-and-execute."
-        )
+    author_check(author, via=via)
+    _agent_check(agent, plan_data=plan_data, require_plan_approval=require_plan_approval)
     text = goal_clean(goal_text)
     with transaction.atomic():
         goal = Goal.objects.create(
@@ -99,6 +103,22 @@ def run_create(
                 source="file",
             )
     return run
+
+
+def _agent_check(agent: str, *, plan_data: Any, require_plan_approval: bool) -> None:
+    if agent not in Goal.Agent.values:
+        raise ValueError(f"unknown agent {agent!r}; use one of {', '.join(Goal.Agent.values)}")
+    if plan_data is not None and agent != Goal.Agent.PLAN_EXECUTE:
+        raise ValueError("a plan file is run by the plan-and-execute agent only")
+    if agent == Goal.Agent.REACT and (
+        require_plan_approval or settings.AGENTSITE_REQUIRE_PLAN_APPROVAL
+    ):
+        # ReAct decides each call as it goes: there is no plan a reviewer could approve first.
+        raise GoalRejected(
+            "goal_invalid",
+            "The ReAct agent has no plan to approve before it acts; under plan approval, "
+            "choose plan-and-execute.",
+        )
 
 
 def run_start(run: Run) -> None:

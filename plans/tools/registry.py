@@ -18,6 +18,8 @@ from django.core.exceptions import ImproperlyConfigured
 from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
+# Core tools the executor itself relies on (ask_human): registered whatever the settings say.
+CORE_MODULE = "plans.tools.human"
 
 # Tool names must be usable as model API tool names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -118,31 +120,10 @@ def tool(
     reuse an earlier identical call's result; ``reconcile`` (destructive tools) answers, for an
     idempotency key, the result of a call whose reply never came, or None if unknown.
     """
-    retry_on = _check_options(destructive, timeout_s, name, retryable)
-    if not isinstance(pure, bool):
-        raise TypeError(f"@tool(pure=...) must be a bool, got {pure!r}")
-    if pure and destructive:
-        raise TypeError("@tool(pure=True) cannot be destructive: an effect is not a pure function")
-    if reconcile is not None and not (callable(reconcile) and destructive):
-        raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
+    retry_on = _check_options(destructive, timeout_s, name, retryable, pure, reconcile)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(func):
-            raise TypeError(f"@tool expects a function, got {func!r}")
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-            # The executor calls tools synchronously: the body would never run and the
-            # coroutine object would be recorded as the step's result.
-            kind = "an async generator" if inspect.isasyncgenfunction(func) else "async"
-            raise TypeError(
-                f"@tool {func.__module__}.{func.__qualname__}: the function is {kind}; tools "
-                "are called synchronously, so declare it with plain 'def'"
-            )
-        tool_name = func.__name__ if name is None else name
-        if not _NAME.match(tool_name):
-            raise TypeError(
-                f"@tool {func.__module__}.{func.__qualname__}: name {tool_name!r} must be 1-64 "
-                "letters, digits, '_' or '-'"
-            )
+        tool_name = _check_function(func, name)
         derived = derive(func)
         spec = ToolSpec(
             name=tool_name,
@@ -165,8 +146,29 @@ def tool(
     return decorate if fn is None else decorate(fn)
 
 
+def _check_function(func: Any, name: str | None) -> str:
+    """The tool's name, once the function is one the executor can call."""
+    if not callable(func):
+        raise TypeError(f"@tool expects a function, got {func!r}")
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        # The executor calls tools synchronously: the body would never run and the
+        # coroutine object would be recorded as the step's result.
+        kind = "an async generator" if inspect.isasyncgenfunction(func) else "async"
+        raise TypeError(
+            f"@tool {func.__module__}.{func.__qualname__}: the function is {kind}; tools "
+            "are called synchronously, so declare it with plain 'def'"
+        )
+    tool_name = func.__name__ if name is None else name
+    if not _NAME.match(tool_name):
+        raise TypeError(
+            f"@tool {func.__module__}.{func.__qualname__}: name {tool_name!r} must be 1-64 "
+            "letters, digits, '_' or '-'"
+        )
+    return tool_name
+
+
 def _check_options(
-    destructive: Any, timeout_s: Any, name: Any, retryable: Any
+    destructive: Any, timeout_s: Any, name: Any, retryable: Any, pure: Any, reconcile: Any
 ) -> tuple[type[BaseException], ...]:
     if not isinstance(destructive, bool):
         raise TypeError(f"@tool(destructive=...) must be a bool, got {destructive!r}")
@@ -184,6 +186,12 @@ def _check_options(
     for exc_type in retry_on:
         if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
             raise TypeError(f"@tool(retryable=...) must hold exception types, got {exc_type!r}")
+    if not isinstance(pure, bool):
+        raise TypeError(f"@tool(pure=...) must be a bool, got {pure!r}")
+    if pure and destructive:
+        raise TypeError("@tool(pure=True) cannot be destructive: an effect is not a pure function")
+    if reconcile is not None and not (callable(reconcile) and destructive):
+        raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
     return retry_on
 
 
@@ -203,13 +211,13 @@ def _duplicate_message(name: str, first: ToolSpec, second: ToolSpec) -> str:
 
 
 def tool_modules() -> list[str]:
-    """The modules whose tools form the registry: the built-ins, then the configured ones."""
+    """The modules whose tools form the registry: the core and built-ins, then the configured."""
     configured = getattr(settings, "AGENTSITE_TOOL_MODULES", [])
     if isinstance(configured, str) or not all(isinstance(m, str) for m in configured):
         raise ImproperlyConfigured(
             f"AGENTSITE_TOOL_MODULES must be a list of module names, got {configured!r}"
         )
-    return list(dict.fromkeys([BUILTIN_MODULE, *configured]))
+    return list(dict.fromkeys([CORE_MODULE, BUILTIN_MODULE, *configured]))
 
 
 class ToolSource(Protocol):

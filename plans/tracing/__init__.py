@@ -26,6 +26,7 @@ def tracing_start_if_configured() -> None:
     """Install the run tracer in the runtime when the environment asks for it (app ready)."""
     if not tracing_configured():
         return
+    # Why here: OpenTelemetry's SDK and exporter load only when tracing is configured.
     from plans.runtime.telemetry import set_run_observer
     from plans.tracing.spans import otlp_tracer
 

@@ -11,9 +11,16 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from plans.api.models import ApiToken
-from plans.api.tokens import TokenRefused, roles_grantable, token_create, token_revoke
+from plans.api.tokens import (
+    TokenRefused,
+    roles_grantable,
+    token_create,
+    token_of,
+    token_revoke,
+    tokens_of,
+)
 from plans.notifications.models import NotificationPreference
+from plans.notifications.reads import preference_of
 from plans.views.params import SignedInRequest
 
 
@@ -48,9 +55,9 @@ def _page(
     new_token: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    preference = NotificationPreference.objects.filter(user=request.user).first()
+    preference = preference_of(request.user)
     context = {
-        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "tokens": tokens_of(request.user),
         "token_form": token_form or TokenForm(user=request.user),
         "preference_form": PreferenceForm(instance=preference),
         "new_token": new_token,
@@ -88,7 +95,7 @@ def token_create_view(request: SignedInRequest) -> HttpResponse:
 
 @require_POST
 def token_revoke_view(request: SignedInRequest, token_id: int) -> HttpResponse:
-    token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    token = token_of(request.user, token_id)
     if token is None:
         raise Http404("No such token.")
     token_revoke(token=token)
@@ -98,7 +105,7 @@ def token_revoke_view(request: SignedInRequest, token_id: int) -> HttpResponse:
 
 @require_POST
 def preferences_view(request: SignedInRequest) -> HttpResponse:
-    preference = NotificationPreference.objects.filter(user=request.user).first()
+    preference = preference_of(request.user)
     form = PreferenceForm(request.POST, instance=preference)
     if not form.is_valid():
         messages.error(request, "Choose one of the offered email settings.")

@@ -6,21 +6,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Q
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
+from plans.engine.text import whole_number
 from plans.models import Approval, Run, Step
+from plans.roles import may_decide
 from plans.selectors.approvals import (
     INBOX_RUNS,
+    approval_inputs,
+    approvals_of_round,
     approvals_waiting,
     approvals_waiting_first,
     changes_refusal,
     pending_approvals_count,
     questions_waiting,
+    round_after_decision,
 )
 from plans.selectors.runs import run_visible_get
 from plans.services.approvals import ApprovalRefused, approvals_decide
@@ -28,7 +32,8 @@ from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
 from plans.views.forms import RoundDecisionForm
-from plans.views.params import SignedInRequest, whole_number
+from plans.views.params import SignedInRequest
+from plans.views.refusals import refusal_status
 
 
 @dataclass
@@ -75,7 +80,7 @@ def inbox(request: SignedInRequest) -> HttpResponse:
 def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
         **context,
-        "may_decide": request.user.has_perm("plans.decide_approval"),
+        "may_decide": may_decide(request.user),
         "questions": questions_waiting(request.user),
     }
 
@@ -110,11 +115,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
         return HttpResponse("expected a group (run-round) and a decision", status=400)
     run_id, round_no = form.cleaned_data["group"]
     approve, reason = form.approve, form.cleaned_data["reason"]
-    chosen = list(
-        Approval.objects.filter(
-            pk__in=form.cleaned_data["approval"], run_id=run_id, step__round=round_no
-        ).select_related("run__goal__author", "step")
-    )
+    chosen = approvals_of_round(run_id=run_id, round_no=round_no, ids=form.cleaned_data["approval"])
     drafts = {a.pk: draft for a in chosen if (draft := form.draft_for(a.pk)) is not None}
 
     error, status = "", 200
@@ -128,7 +129,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
         try:
             changes_request(approvals=chosen, reviewer=request.user, instructions=reason)
         except ApprovalRefused as refused:
-            error, status = str(refused), 403 if not may_decide(request) else 409
+            error, status = str(refused), refusal_status(refused)
     elif not error:
         try:
             approvals_decide(
@@ -139,7 +140,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
                 edited_args=edited or None,
             )
         except ApprovalRefused as refused:
-            error, status = str(refused), refusal_status(request, approve, reason)
+            error, status = str(refused), refusal_status(refused)
 
     if not request.htmx:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
@@ -181,8 +182,7 @@ def decision_groups(
 ) -> list[DecisionGroup]:
     """Cards grouped by run and round (in the order given), with the results that fed them."""
     drafts = drafts or {}
-    plan_ids = {a.step.plan_id for a in approvals}
-    steps = {(s.plan_id, s.step_id): s for s in Step.objects.filter(plan_id__in=plan_ids)}
+    inputs = approval_inputs(approvals)
     groups: dict[tuple[int, int], DecisionGroup] = {}
     for approval in approvals:
         step = approval.step
@@ -193,11 +193,7 @@ def decision_groups(
             ApprovalCard(
                 approval=approval,
                 args_text=drafts.get(approval.pk) or pretty_json(approval.args),
-                inputs=[
-                    steps[(step.plan_id, dep)]
-                    for dep in step.depends_on
-                    if (step.plan_id, dep) in steps
-                ],
+                inputs=inputs[approval.pk],
                 effect=effect_line(approval.tool, approval.args),
             )
         )
@@ -244,19 +240,6 @@ def _parse_edits(
     return edited, ""
 
 
-def may_decide(request: SignedInRequest) -> bool:
-    return request.user.has_perm("plans.decide_approval")
-
-
-def refusal_status(request: SignedInRequest, approve: bool, reason: str) -> int:
-    """The HTTP status of a refused decision: who may not decide, what is missing, or too late."""
-    if not request.user.has_perm("plans.decide_approval"):
-        return 403
-    if not approve and not reason.strip():
-        return 422
-    return 409  # already decided, four-eyes, or the run has ended
-
-
 def _group_after_decision(
     request: SignedInRequest,
     run_id: int,
@@ -267,10 +250,8 @@ def _group_after_decision(
     """The group re-read after a decision: what was just decided plus what in it still waits."""
     if run_visible_get(user=request.user, run_id=run_id) is None:
         return None  # someone who may not see the run gets the message, not its arguments
-    approvals = (
-        Approval.objects.filter(run_id=run_id, step__round=round_no)
-        .filter(Q(pk__in=[a.pk for a in chosen]) | Q(decision=Approval.Decision.PENDING))
-        .select_related("run__goal__author", "step", "reviewer")
+    approvals = round_after_decision(
+        run_id=run_id, round_no=round_no, decided=[a.pk for a in chosen]
     )
-    groups = decision_groups(list(approvals), drafts)
+    groups = decision_groups(approvals, drafts)
     return groups[0] if groups else None

@@ -7,9 +7,11 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from plans.engine.text import whole_number
 from plans.guards.circuits import circuit_states
 from plans.selectors.costs import COST_WINDOWS, DEFAULT_COST_WINDOW, cost_report
-from plans.views.params import SignedInRequest, whole_number
+from plans.ui.reports import cost_daily_svg
+from plans.views.params import SignedInRequest
 
 
 @login_required
@@ -19,8 +21,10 @@ def costs(request: SignedInRequest) -> HttpResponse:
     # Read from the rollup on every request (milliseconds at a million runs): nothing cached.
     days = whole_number(request.GET.get("days", ""))
     window = days if days in COST_WINDOWS else DEFAULT_COST_WINDOW
+    report = cost_report(days=window)
     context = {
-        "report": cost_report(days=window),
+        "report": report,
+        "daily_svg": cost_daily_svg(report),
         "windows": COST_WINDOWS,
         "breakers": circuit_states(),
     }

@@ -8,8 +8,9 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET
 
+from plans.engine.text import whole_number
 from plans.selectors.evals import experiment_comparison, experiments_recent
-from plans.views.params import SignedInRequest, whole_number
+from plans.views.params import SignedInRequest
 
 COMPARISON_ID = "comparison"
 

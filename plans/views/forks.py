@@ -6,11 +6,13 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from plans.models import Plan
+from plans.engine.text import whole_number
 from plans.roles import may_submit_goals
+from plans.selectors.plans import plans_valid
 from plans.services.forks import fork_preview, plan_json_of, run_fork, run_rerun
 from plans.services.runs import GoalRejected
-from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
+from plans.views.params import SignedInRequest, visible_run_or_404
+from plans.views.refusals import refusal_status
 
 
 @require_POST
@@ -20,7 +22,7 @@ def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
     try:
         run = run_rerun(origin=origin, author=request.user)
     except GoalRejected as refused:
-        return HttpResponse(str(refused), status=403)
+        return HttpResponse(str(refused), status=refusal_status(refused))
     return redirect("plans:run_detail", run_id=run.pk)
 
 
@@ -28,7 +30,7 @@ def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
 def fork(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The plan version's JSON in an editor with its problems and a preview; POST runs it."""
     origin = visible_run_or_404(request, run_id)
-    plans = list(Plan.objects.filter(run=origin, is_valid=True).order_by("version"))
+    plans = plans_valid(origin)
     asked = whole_number(request.GET.get("version", "") or request.POST.get("version", ""))
     chosen = next((p for p in plans if p.version == asked), plans[-1] if plans else None)
     error, status = "", 200
@@ -42,7 +44,7 @@ def fork(request: SignedInRequest, run_id: int) -> HttpResponse:
                 version=chosen.version if chosen else None,
             )
         except GoalRejected as refused:
-            error, status = str(refused), 422 if may_submit_goals(request.user) else 403
+            error, status = str(refused), refusal_status(refused)
         else:
             return redirect("plans:run_detail", run_id=run.pk)
     else:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from plans.views.params import whole_number
+from plans.engine.text import whole_number
 
 VERDICTS = [("approve", "Approve"), ("reject", "Reject")]
 

@@ -1,4 +1,4 @@
-"""What every view needs: numbers read from any text, and the run the viewer may see."""
+"""What every view needs: the signed-in request, and the run the viewer may see."""
 
 from __future__ import annotations
 
@@ -15,18 +15,6 @@ class SignedInRequest(HttpRequest):
 
     user: User
     htmx: HtmxDetails
-
-
-# The largest id a database column holds (a signed 64-bit integer).
-MAX_ID = 2**63 - 1
-
-
-def whole_number(text: str, *, maximum: int = MAX_ID) -> int | None:
-    """The text as a whole number from 0 to maximum, or None (str.isdigit() also takes '²')."""
-    if not (text.isascii() and text.isdecimal()) or len(text) > len(str(maximum)):
-        return None
-    number = int(text)
-    return number if number <= maximum else None
 
 
 def visible_run_or_404(request: HttpRequest, run_id: int) -> Run:

@@ -7,7 +7,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from plans.models import HumanQuestion
+from plans.selectors.approvals import question_get
 from plans.services.questions import AnswerRefused, question_answer
 from plans.views.forms import QuestionAnswerForm
 from plans.views.params import SignedInRequest
@@ -16,7 +16,7 @@ from plans.views.params import SignedInRequest
 @require_POST
 def answer(request: SignedInRequest, question_id: int) -> HttpResponse:
     """Record the answer; the run continues with it as the step's result."""
-    question = HumanQuestion.objects.filter(pk=question_id).first()
+    question = question_get(question_id)
     if question is None:
         raise Http404("No such question.")
     form = QuestionAnswerForm(request.POST)

@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from plans.models import Goal, Run, Step
+from plans.engine.text import whole_number
+from plans.models import Run
 from plans.selectors.approvals import step_decisions
 from plans.selectors.audit import run_audit_get, run_export_chunks
+from plans.selectors.plans import plan_steps_list, plan_version_get
 from plans.selectors.runs import (
     DEFAULT_RUN_SORT,
     RUN_SORTS,
     RunFilters,
+    authors_with_goals,
     runs_page,
     runs_progress,
 )
 from plans.tools import get_registry
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
-from plans.views.params import SignedInRequest, visible_run_or_404, whole_number
+from plans.ui.reports import run_timeline_svg
+from plans.views.params import SignedInRequest, visible_run_or_404
 
 RUNS_PER_PAGE = 50
 RUNS_TABLE_ID = "runs-table"
@@ -79,13 +82,7 @@ class RunFilterForm(forms.Form):
 
 
 def _author_choices() -> list[tuple[str, str]]:
-    authors = (
-        get_user_model()
-        .objects.filter(Exists(Goal.objects.filter(author=OuterRef("pk"))))
-        .order_by("username")
-        .values_list("username", flat=True)
-    )
-    return [("", "Anyone"), *((author, author) for author in authors)]
+    return [("", "Anyone"), *((author, author) for author in authors_with_goals())]
 
 
 @login_required
@@ -154,6 +151,7 @@ def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
         {
             "run": run,
             "audit": audit,
+            "timeline_svg": run_timeline_svg(audit, now=timezone.now()),
             "status_colours": STATUS_COLOURS,
             "several_versions": len(audit.versions) > 1,
         },
@@ -180,18 +178,14 @@ def run_export(request: SignedInRequest, run_id: int) -> StreamingHttpResponse:
 @require_GET
 def run_graph_svg(request: SignedInRequest, run_id: int) -> HttpResponse:
     run = visible_run_or_404(request, run_id)
-    plans = run.plans.order_by("-version")
     version = request.GET.get("version", "")
-    if version:
-        number = whole_number(version)
-        if number is None:
-            raise Http404("No such plan version.")
-        plan = plans.filter(version=number).first()
-    else:
-        plan = plans.filter(is_valid=True).first() or plans.first()
+    number = whole_number(version) if version else None
+    if version and number is None:
+        raise Http404("No such plan version.")
+    plan = plan_version_get(run, number)
     if plan is None:
         raise Http404("This run has no plan yet.")
-    svg = plan_svg(plan, Step.objects.filter(plan=plan), decisions=step_decisions(plan))
+    svg = plan_svg(plan, plan_steps_list(plan), decisions=step_decisions(plan))
     response = HttpResponse(svg, content_type="image/svg+xml; charset=utf-8")
     response["Content-Security-Policy"] = SVG_CSP
     response["X-Content-Type-Options"] = "nosniff"

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from plans.notifications.catalog import WEBHOOK_EVENTS
 from plans.notifications.deliveries import delivery_resend
 from plans.notifications.dispatch import notifier
 from plans.notifications.forms import WebhookEndpointForm
-from plans.notifications.models import Delivery, WebhookEndpoint
+from plans.notifications.reads import (
+    endpoint_get,
+    endpoints_newest_first,
+    webhook_deliveries_recent,
+    webhook_delivery_get,
+)
 from plans.views.params import SignedInRequest
 
 MANAGE = "plans.manage_webhooks"
@@ -21,10 +26,8 @@ DELIVERIES_SHOWN = 100
 
 def _page(request: SignedInRequest, form: WebhookEndpointForm, status: int = 200) -> HttpResponse:
     context = {
-        "endpoints": WebhookEndpoint.objects.order_by("-created_at"),
-        "deliveries": Delivery.objects.filter(channel=Delivery.Channel.WEBHOOK)
-        .select_related("endpoint")
-        .order_by("-created_at", "-pk")[:DELIVERIES_SHOWN],
+        "endpoints": endpoints_newest_first(),
+        "deliveries": webhook_deliveries_recent(DELIVERIES_SHOWN),
         "form": form,
         "event_types": WEBHOOK_EVENTS,
     }
@@ -53,7 +56,9 @@ def endpoint_create(request: SignedInRequest) -> HttpResponse:
 @require_POST
 @permission_required(MANAGE, raise_exception=True)
 def endpoint_toggle(request: SignedInRequest, endpoint_id: int) -> HttpResponse:
-    endpoint = get_object_or_404(WebhookEndpoint, pk=endpoint_id)
+    endpoint = endpoint_get(endpoint_id)
+    if endpoint is None:
+        raise Http404("No such endpoint.")
     endpoint.active = not endpoint.active
     endpoint.save(update_fields=["active"])
     messages.success(request, f"{endpoint.url} {'resumed' if endpoint.active else 'paused'}.")
@@ -63,7 +68,9 @@ def endpoint_toggle(request: SignedInRequest, endpoint_id: int) -> HttpResponse:
 @require_POST
 @permission_required(MANAGE, raise_exception=True)
 def delivery_resend_view(request: SignedInRequest, delivery_id: int) -> HttpResponse:
-    delivery = get_object_or_404(Delivery, pk=delivery_id, channel=Delivery.Channel.WEBHOOK)
+    delivery = webhook_delivery_get(delivery_id)
+    if delivery is None:
+        raise Http404("No such delivery.")
     delivery_resend(delivery=delivery)
     notifier.wake()
     messages.success(request, f"Delivery {delivery.pk} ({delivery.event_type}) re-sent.")

@@ -12,10 +12,14 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
+from plans.journal.rollup import rollup_drift, tool_calls_recorded
 from plans.models import ToolRollup
-from plans.services.costs import rollup_drift, tool_calls_recorded
 from tests.integration.conftest import postgres_settings
-from tests.test_cost_rollup import recorded_at_random, report_from_raw_rows, report_from_rollup
+from tests.journal.test_cost_rollup import (
+    recorded_at_random,
+    report_from_raw_rows,
+    report_from_rollup,
+)
 
 pytestmark = pytest.mark.services
 

@@ -8,8 +8,9 @@ import pytest
 from django.db import transaction
 from django_tasks_db.backend import DatabaseBackend
 
-from plans.runtime.tasks import announce_enqueued
-from plans.runtime.worker import TASKS_CHANNEL, TaskNotifications, waker
+from plans.journal.tasks import announce_enqueued
+from plans.journal.wakeups import TASKS_CHANNEL, waker
+from plans.runtime.worker import TaskNotifications
 from tests.integration.conftest import postgres_settings
 from tests.integration.support import wait_until
 

@@ -17,7 +17,7 @@ from plans.models import Goal, Run
 from plans.selectors.approvals import approvals_waiting_first, pending_approvals_count
 from plans.selectors.runs import RUN_SORT_KEYS, RunFilters, runs_page
 from tests.integration.conftest import postgres_settings
-from tests.test_run_pages import NARROWING_FILTERS
+from tests.selectors.test_run_pages import NARROWING_FILTERS
 
 pytestmark = pytest.mark.services
 

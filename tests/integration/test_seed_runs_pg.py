@@ -11,7 +11,10 @@ from django.test import Client
 
 from plans.models import Goal, Run
 from tests.integration.conftest import postgres_settings
-from tests.test_seed_runs_command import assert_copied_runs_read_as_runs, seed_with_copies
+from tests.management.test_seed_runs_command import (
+    assert_copied_runs_read_as_runs,
+    seed_with_copies,
+)
 
 pytestmark = pytest.mark.services
 

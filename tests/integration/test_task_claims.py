@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_tasks_db.compat import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from plans.runtime.tasks import advance_run_task
+from plans.journal.tasks import advance_run_task
 from plans.runtime.worker import RunWorker
 from tests.integration.conftest import postgres_settings
 

@@ -11,9 +11,9 @@ import pytest
 from django.core.management import call_command
 
 from plans.llm.anthropic_model import request_params
-from plans.llm.base import catalog_text
+from plans.llm.base import catalog_text, neutralise
 from plans.llm.offline import PRICE_GOAL, OfflineModel
-from plans.llm.prompts import neutralise, planner_request, react_request
+from plans.llm.prompts import planner_request, react_request
 from plans.mcp.config import configured_servers
 from plans.mcp.tools import connection_for, server_listings, step_result
 from plans.models import Approval, Run, Step, ToolCall

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from plans.services.costs import rollup_drift, rollup_rebuild
+from plans.journal.rollup import rollup_drift, rollup_rebuild
 from plans.ui.charts import terminal_text
 
 

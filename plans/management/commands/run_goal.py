@@ -15,8 +15,9 @@ from plans.engine import json_type_name
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.models import Approval, Goal, Run
 from plans.runtime.advance import advance_run
+from plans.selectors.plans import plan_current
 from plans.services.approvals import approvals_decide
-from plans.services.plans import plan_current, plan_decide
+from plans.services.plans import plan_decide
 from plans.services.runs import GoalRejected, goal_clean, run_create, run_summary
 from plans.ui.charts import shown_json, terminal_text
 

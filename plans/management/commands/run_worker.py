@@ -15,7 +15,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from plans.runtime.leases import leases_hand_over, leases_held
+from plans.journal.leases import leases_hand_over, leases_held
+from plans.notifications.dispatch import notifier_start
 from plans.runtime.sweeper import start_sweeper_thread, sweep_once, task_abandon
 from plans.runtime.worker import (
     RunWorker,
@@ -80,8 +81,6 @@ class Command(BaseCommand):
             options["threads"], prefix=prefix, listen=not options["no_listen"]
         )
         sweeper = None if options["no_sweeper"] else start_sweeper_thread()
-        from plans.notifications.dispatch import notifier_start
-
         notifier_start()  # emails and webhooks for the events these workers commit
         gc_tune_for_serving()
         logger.info(

@@ -43,13 +43,15 @@ class Command(BaseCommand):
         if not options["no_demo_users"]:
             self._ensure_demo_users()
 
+        # Why here: after migrate, so the worker side is imported with the tables in place and
+        # just before gc_tune_for_serving freezes what start-up imported.
         from plans.runtime.sweeper import start_sweeper_thread
         from plans.runtime.worker import gc_tune_for_serving, start_worker_threads
 
         if options["workers"]:
             start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")
             start_sweeper_thread()
-        from plans.notifications.dispatch import notifier_start
+        from plans.notifications.dispatch import notifier_start  # why: as the two above
 
         notifier_start()  # retries left pending by an earlier process go out without waiting
 

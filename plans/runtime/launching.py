@@ -1,0 +1,346 @@
+"""Starting a step: resolve its arguments, check them, reuse a result, pass the approval gate,
+or ask a person (ask_human); then hand the call to a tool thread."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import queue
+import time
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from plans.engine import (
+    EFFECT_DONE,
+    EFFECT_UNKNOWN,
+    Outcome,
+    UnresolvedPlaceholder,
+    args_sha256,
+    blocked_result,
+    check_args,
+    past_effect_for,
+    resolve,
+)
+from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits
+from plans.journal.events import LeaseLost
+from plans.models import Approval, HumanQuestion, Run, Step
+from plans.runtime import telemetry
+from plans.runtime.gate import (
+    Verdict,
+    approval_gate,
+    approval_request,
+)
+from plans.runtime.steps_state import StepsState
+from plans.runtime.tool_calls import ToolOutcome, invoke_once_recorded, reconcile_call
+from plans.runtime.tool_threads import Call, ToolThreads
+from plans.services.questions import question_expired_error
+from plans.tools import ToolSpec
+from plans.tools.human import ASK_HUMAN
+
+
+class Launching(StepsState):
+    """StepsExecution's launching part."""
+
+    def _launch(self, step_id: int, pool: ToolThreads) -> None:
+        step = self.steps[step_id]
+        self._round_starts(step.round)
+        spec = self.advancer.registry.get(step.tool)
+        if spec is None:
+            self._finish_step(step, Outcome.FAILED, error=f"tool {step.tool!r} is not registered")
+            return
+        try:
+            args = resolve(step.args, self.results)
+        except UnresolvedPlaceholder as exc:
+            self._finish_step(step, Outcome.FAILED, error=f"cannot resolve arguments: {exc}")
+            return
+        step.resolved_args = args
+        self.recorder.step_changed(step, "resolved_args")
+        problems = check_args(spec.schema, args)
+        if problems:
+            self._finish_step(
+                step,
+                Outcome.FAILED,
+                error="arguments after substitution are invalid: " + "; ".join(problems),
+            )
+            return
+        call_hash = self.call_hashes[step_id] = args_sha256(step.tool, args)
+        if step.tool == ASK_HUMAN:
+            self._ask_human(step, args)
+            return
+        if call_hash in self.reusable:
+            # A pure tool, the same arguments, and no effect since that call began: not rerun.
+            result, origin = self.reusable[call_hash]
+            self._finish_step(step, Outcome.SUCCEEDED, result=result, reused_from=origin)
+            return
+        if self.past_effects and spec.destructive and self._continue_past_effect(step, spec, args):
+            return
+        approval = None
+        if spec.destructive:
+            gate = approval_gate(step=step, resolved_args=args)
+            if gate.verdict is Verdict.MISSING and call_hash in self.declined:
+                # A reviewer declined this very call for another step: not asked again. A
+                # request already made for this step itself is still the reviewer's to decide.
+                reason = self.declined[call_hash]
+                result = blocked_result(step.tool, reason)
+                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+                return
+            decided = gate.verdict in (Verdict.APPROVED, Verdict.REJECTED)
+            if decided and gate.approval is not None and telemetry.observer is not None:
+                telemetry.observer.approval_waited(self.run, step, gate.approval)
+            if gate.verdict is Verdict.REJECTED:
+                assert gate.approval is not None
+                reason = gate.approval.reason
+                if gate.approval.decision == Approval.Decision.EXPIRED:
+                    result = (
+                        f"BLOCKED: {step.tool} was not approved in time. {reason}. Do not retry."
+                    )
+                else:
+                    result = blocked_result(step.tool, reason)
+                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+                return
+            if gate.verdict is not Verdict.APPROVED:
+                self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)
+                return
+            approval = gate.approval
+            if gate.call_args != args:  # the reviewer edited them
+                args = gate.call_args
+                self.call_hashes[step_id] = args_sha256(step.tool, args)
+                if step_id in self.carried:
+                    # Another call than the earlier version's: it gets a key of its own.
+                    self.carried.discard(step_id)
+                    self.held_keys.discard(step.idempotency_key)
+                    step.idempotency_key = ""
+        if not circuit_admits(step.tool):
+            self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
+            return
+        self._submit(step, spec, args, approval, pool)
+
+    def _continue_past_effect(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> bool:
+        """An earlier version made this very call: its key is kept, and if the effect happened
+        (or may have) it is not made again. True if the step ended here."""
+        past = next((e for e in self.past_effects if e.key == step.idempotency_key), None)
+        if past is None and not step.idempotency_key:
+            past = past_effect_for(
+                self.call_hashes[step.step_id],
+                past=self.past_effects,
+                held=self.held_keys,
+                repeat=step.repeat,
+            )
+        if past is None:
+            return False
+        if step.idempotency_key != past.key:
+            step.idempotency_key = past.key  # before any approval or call, as _submit would
+            self.held_keys.add(past.key)
+            self.recorder.step_changed(step, "idempotency_key")
+        if step.attempts == 0:
+            self.carried.add(step.step_id)
+        if past.state == EFFECT_DONE:
+            # Done in an earlier version: its result stands, no approval is asked again.
+            self._finish_step(step, Outcome.SUCCEEDED, result=past.result, reused_from=past.origin)
+            return True
+        if past.state != EFFECT_UNKNOWN:
+            return False  # it did not act: made again under the same key, on its own approval
+        outcome = self._reconcile_now(spec, past.key) if spec.reconcile is not None else None
+        if outcome is not None and not outcome.error and outcome.result is not None:
+            self.recorder.event("step_reconciled", step=step.step_id, tool=step.tool)
+            self._finish_step(
+                step, Outcome.SUCCEEDED, result=outcome.result, reused_from=past.origin
+            )
+            return True
+        error = (
+            f"outcome unknown: the identical call of {past.origin} may have acted, so it was not "
+            "made again (same idempotency key)"
+        )
+        self._finish_step(step, Outcome.FAILED, error=error)
+        return True
+
+    def _reconcile_now(self, spec: ToolSpec, key: str) -> ToolOutcome | None:
+        """Ask the reconcile hook about an earlier version's call, waiting up to the tool's limit.
+
+        Rare (a replan after an unknown outcome), so the loop waits here rather than tracking it.
+        """
+        answered: queue.SimpleQueue[Call] = queue.SimpleQueue()
+        self.pool.submit(reconcile_call, spec, key, reply=answered.put)
+        try:
+            outcome: ToolOutcome = answered.get(
+                timeout=spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            ).result()
+        except queue.Empty:
+            return None
+        return outcome
+
+    def _submit(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        approval: Approval | None,
+        pool: ToolThreads,
+    ) -> None:
+        if self.lease.past_deadline():
+            # Paused past the lease (or its keeper found it lost): another worker may hold
+            # the run now, so nothing more may start here.
+            raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} is past its deadline")
+        step.status = Step.Status.RUNNING
+        step.attempts += 1
+        step.started_at = timezone.now()
+        step.resolved_args = args
+        key = self._call_key(step, spec, args)
+        changed = ["status", "attempts", "started_at", "resolved_args"]
+        if spec.destructive and key != step.idempotency_key:
+            step.idempotency_key = key  # on record with the attempt, before the side effect
+            changed.append("idempotency_key")
+        self.recorder.step_changed(step, *changed)
+        if spec.destructive:
+            self._effect_may_happen()
+        elif spec.pure:
+            self.pure_started[step.step_id] = self.effects
+        self.recorder.event(
+            "step_started",
+            step=step.step_id,
+            tool=step.tool,
+            round=step.round,
+            attempt=step.attempts,
+            args=args,
+        )
+        self.starting.append((step, spec, args, key, approval))
+
+    def _start_launched(self, pool: ToolThreads) -> None:
+        """Call the tools of the steps just launched, each once its attempt is on record.
+
+        One commit for everything launched together, handed to the recorder at once: the
+        calls' threads wait for it, this one does not. So the audit never misses a call that
+        happened (a destructive call's attempt and key, an impure read's step_started), and a
+        lost lease or database stops every call of the round before it starts. Pure calls do
+        not wait: calling one again is harmless, and the wait is most of a short one's cost.
+        """
+        starting, self.starting = self.starting, []
+        if not starting:
+            return
+        durable = None
+        if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
+            durable = self.recorder.flush_durable()
+        for step, spec, args, key, approval in starting:
+            timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+            call = pool.submit(
+                invoke_once_recorded,
+                None if spec.pure and not spec.destructive else durable,
+                spec,
+                args,
+                key=key,
+                approval=approval,
+                step_pk=step.pk,
+                reply=self._reply,
+            )
+            self.inflight[call] = step.step_id
+            self.calls[step.step_id] = (spec, args, approval)
+            heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
+
+    def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
+        self.awaiting[step.step_id] = args
+        step.status = Step.Status.AWAITING_APPROVAL
+        self.recorder.step_changed(step, "status")
+        if requested:
+            return
+        self.recorder.approval_requested(
+            approval_request(run_id=self.run.pk, step=step, resolved_args=args)
+        )
+        self.recorder.event(
+            "approval_requested", step=step.step_id, tool=step.tool, round=step.round, args=args
+        )
+
+    def _ask_human(self, step: Step, args: dict[str, Any]) -> None:
+        """A question for a person: its answer is the result; the run parks until it comes.
+
+        Never called as a tool and never reused: each ask_human step has its own question.
+        """
+        question = HumanQuestion.objects.filter(step=step).first()
+        if question is not None and question.state == HumanQuestion.State.ANSWERED:
+            step.started_at = step.started_at or question.asked_at
+            self.recorder.step_changed(step, "started_at")
+            self._finish_step(step, Outcome.SUCCEEDED, result=answer_value(question.answer))
+            return
+        if question is not None and question.state == HumanQuestion.State.EXPIRED:
+            self._finish_step(step, Outcome.FAILED, error=question_expired_error())
+            return
+        self.awaiting[step.step_id] = args
+        step.status = Step.Status.AWAITING_APPROVAL
+        self.recorder.step_changed(step, "status")
+        if question is not None:
+            return  # asked before this worker took the run: still waiting
+        choices = [str(choice) for choice in args.get("choices") or []]
+        audience = str(args.get("audience") or "author")
+        self.recorder.question_asked(
+            HumanQuestion(
+                run_id=self.run.pk,
+                step=step,
+                question=str(args["question"]),
+                choices=choices,
+                audience=audience,
+            )
+        )
+        self.recorder.event(
+            "question_asked",
+            step=step.step_id,
+            question=str(args["question"]),
+            choices=choices,
+            audience=audience,
+        )
+
+    def _decided(self) -> list[int]:
+        """Steps awaiting a person whose approval was decided or whose question was answered."""
+        asked = [step_id for step_id in self.awaiting if self.steps[step_id].tool == ASK_HUMAN]
+        answered = set(
+            HumanQuestion.objects.filter(step__in=[self.steps[step_id].pk for step_id in asked])
+            .exclude(state=HumanQuestion.State.PENDING)
+            .values_list("step__step_id", flat=True)
+            if asked
+            else ()
+        )
+        return [
+            step_id
+            for step_id, args in sorted(self.awaiting.items())
+            if step_id in answered
+            or (
+                step_id not in asked
+                and approval_gate(step=self.steps[step_id], resolved_args=args).verdict
+                in (Verdict.APPROVED, Verdict.REJECTED)
+            )
+        ]
+
+    def _apply_decisions(self, pool: ToolThreads) -> bool:
+        """Launch or block the steps whose approvals were decided; True if there were any."""
+        decided = self._decided()
+        if decided and self.advancer.cancel_recorded():
+            return True  # the loop sees the cancel and launches nothing
+        # The rest wait for room, decided, and are launched on a later look.
+        room = self.run.max_parallel_steps - len(self.inflight)
+        for step_id in decided[: max(room, 0)]:
+            del self.awaiting[step_id]
+            self._launch(step_id, pool)
+        self._start_launched(pool)
+        return bool(decided)
+
+    def _park(self) -> bool:
+        """Release the run while it waits for reviewers; False if a decision raced in."""
+        return self.advancer.park(
+            Run.Status.AWAITING_APPROVAL,
+            awaiting=sorted(self.awaiting),
+            decided=lambda: bool(self._decided()),
+        )
+
+
+def answer_value(answer: str) -> Any:
+    """A person's answer as a step result: a number when it reads as one, else the text."""
+    text = answer.strip().replace(",", "")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return answer
+    return number if math.isfinite(number) else answer

@@ -1,0 +1,270 @@
+"""The worker's side of plans: asking the planner and the replanner, the engine's view of a
+stored plan, what reviewers declined and what earlier versions' effects did, ReAct's steps.
+
+Checking, storing, reading and deciding plans are services (plans.services.plans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from plans import engine
+from plans.bulk import rows_where
+from plans.journal.events import append_events
+from plans.journal.leases import Lease
+from plans.llm import Completion, ModelRequest, model_for
+from plans.llm.prompts import planner_request, repair_request, replan_request
+from plans.models import Plan, Run, Step
+from plans.services.plans import plan_parse_and_check, plan_store
+from plans.tools import get_registry, tool_catalog_for_prompt
+
+
+def plan_steps(plan: Plan) -> dict[int, Step]:
+    """The plan's steps by their plan-local id."""
+    return {step.step_id: step for step in rows_where(Step, plan=plan.pk, order_by="step_id")}
+
+
+def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
+    """The engine's plan made of a stored plan's steps."""
+    return engine.Plan(
+        steps=tuple(
+            engine.PlanStep(
+                id=step.step_id,
+                tool=step.tool,
+                args=step.args,
+                depends_on=tuple(step.depends_on),
+                repeat=step.repeat,
+            )
+            for step in sorted(steps, key=lambda step: step.step_id)
+        )
+    )
+
+
+def _plan_from_completion(
+    completion: Completion, request: ModelRequest, *, max_steps: int | None
+) -> tuple[engine.Plan | None, list[str], Any]:
+    """The planner's reply parsed and checked; a reply cut off or refused says so first."""
+    if completion.stop_reason == "max_tokens":
+        return (
+            None,
+            [
+                f"the planner's reply was cut off at its max_tokens limit ({request.max_tokens:,} "
+                "tokens) before the plan was complete"
+            ],
+            None,
+        )
+    if completion.stop_reason == "refusal":
+        return None, ["the model refused to plan this goal (stop reason: refusal)"], None
+    if completion.stop_reason in ("tool_use", "pause_turn") and not completion.text.strip():
+        return (
+            None,
+            [
+                "the planner replied with a tool call instead of a JSON plan "
+                f"(stop reason: {completion.stop_reason})"
+            ],
+            None,
+        )
+    return plan_parse_and_check(completion.text, max_steps=max_steps)
+
+
+def plan_from_planner(
+    *,
+    run: Run,
+    call_model: Callable[[ModelRequest], Completion | None],
+    lease: Lease | None,
+) -> Plan | None:
+    """Ask the model for a plan, with one repair round; None if a model call ended the run."""
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    request = planner_request(
+        goal=run.goal.text,
+        catalog=tool_catalog_for_prompt(get_registry()),
+        max_steps=max_steps,
+        model=model_for("plan"),
+    )
+    completion = call_model(request)
+    if completion is None:
+        return None
+    plan, problems, data = _plan_from_completion(completion, request, max_steps=max_steps)
+    raw_output = completion.text
+    declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
+    if problems and not declined:
+        # One repair round: the problems go back to the model once, with room for a longer
+        # plan if the first was cut off at its token limit.
+        repair = repair_request(
+            request,
+            bad_output=completion.text,
+            problems=problems,
+            max_tokens=request.max_tokens * 2 if completion.stop_reason == "max_tokens" else None,
+        )
+        completion = call_model(repair)
+        if completion is None:
+            return None
+        raw_output = completion.text
+        plan, problems, _ = _plan_from_completion(completion, repair, max_steps=max_steps)
+    return plan_store(
+        run=run, raw_output=raw_output, plan=plan, problems=problems, source="planner", lease=lease
+    )
+
+
+def plan_from_replanner(
+    *,
+    run: Run,
+    current: Plan,
+    outcomes: list[dict[str, Any]],
+    call_model: Callable[[ModelRequest], Completion | None],
+    lease: Lease | None,
+    change_requests: list[dict[str, Any]] | None = None,
+) -> Plan | None:
+    """A new plan version after failures or reviewers' requests for changes; None if a model
+    call ended the run."""
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    request = replan_request(
+        goal=run.goal.text,
+        catalog=tool_catalog_for_prompt(get_registry()),
+        max_steps=max_steps,
+        model=model_for("replan"),
+        plan={"steps": [_step_json(step) for step in current.steps.all()]},
+        outcomes=outcomes,
+        change_requests=change_requests or [],
+        effects_done=effects_done(run.pk, before_version=current.version + 1),
+    )
+    completion = call_model(request)
+    if completion is None:
+        return None
+    plan, problems, _ = _plan_from_completion(completion, request, max_steps=max_steps)
+    problems += _redeclined_calls(run, plan)
+    return plan_store(
+        run=run,
+        raw_output=completion.text,
+        plan=plan if not problems else None,
+        problems=problems,
+        source="replan",
+        lease=lease,
+        ends_run_if_invalid=False,
+    )
+
+
+def _redeclined_calls(run: Run, plan: engine.Plan | None) -> list[str]:
+    """A replan may not propose again a destructive call a reviewer declined."""
+    if plan is None:
+        return []
+    declined = declined_calls(run)
+    return [
+        f"step {step.id}: a reviewer declined {step.tool} with these arguments; "
+        "it may not be proposed again"
+        for step in plan.steps
+        if engine.args_sha256(step.tool, step.args) in declined
+    ]
+
+
+def declined_calls(run: Run) -> dict[str, str]:
+    """The calls reviewers declined in this run: args hash -> the reviewer's reason."""
+    return {
+        engine.args_sha256(tool, args): reason
+        for tool, args, reason in run.approvals.filter(decision="rejected").values_list(
+            "tool", "requested_args", "reason"
+        )
+    }
+
+
+def effects_taken(run_id: int, *, before_version: int) -> list[engine.PastEffect]:
+    """The destructive calls plan versions before this one made, one per key, in order of use."""
+    steps = (
+        Step.objects.filter(plan__run_id=run_id, plan__version__lt=before_version, destructive=True)
+        .exclude(idempotency_key="")
+        .select_related("plan")
+        .prefetch_related("tool_calls")
+        .order_by("plan__version", "step_id")
+    )
+    records = []
+    for step in steps:
+        calls = [
+            engine.AttemptRecord(
+                error=call.error,
+                # A destructive call past its limit is awaited, and says so, not given up on.
+                timed_out="outcome unknown" in call.error,
+                late_arrived=call.late_arrived_at is not None,
+                late_error=call.late_error,
+                late_result=call.late_result,
+            )
+            for call in sorted(step.tool_calls.all(), key=lambda call: call.attempt)
+        ]
+        known = engine.effect_state(
+            succeeded=step.status == Step.Status.SUCCEEDED, attempts=step.attempts, calls=calls
+        )
+        if known is None:
+            continue
+        state, late_result = known
+        records.append(
+            engine.PastEffect(
+                call=engine.args_sha256(step.tool, step.resolved_args or step.args),
+                key=step.idempotency_key,
+                state=state,
+                result=step.result if step.status == Step.Status.SUCCEEDED else late_result,
+                origin=step.reused_from or f"plan v{step.plan.version} step {step.step_id}",
+                tool=step.tool,
+                args=step.resolved_args or step.args,
+            )
+        )
+    return engine.past_effects(records)
+
+
+def effects_done(run_id: int, *, before_version: int) -> list[dict[str, Any]]:
+    """The destructive calls that took effect in versions before this one, as prompts show them."""
+    return [
+        {"tool": e.tool, "args": e.args, "result": e.result, "origin": e.origin}
+        for e in effects_taken(run_id, before_version=before_version)
+        if e.state == engine.EFFECT_DONE
+    ]
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    data = {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+    if step.repeat:
+        data["repeat"] = True
+    return data
+
+
+def plan_step_add(
+    *, run: Run, plan: Plan, tool: str, args: Any, lease: Lease | None, error: str = ""
+) -> Step:
+    """Append one step (a ReAct turn's call) to the plan; with an error it is failed at once.
+
+    The step depends on nothing (its arguments are written out) and is its own round.
+    """
+    registry = get_registry()
+    spec = registry.get(tool)
+    with transaction.atomic():
+        last = plan.steps.aggregate(last=Max("step_id"))["last"] or 0
+        step = Step.objects.create(
+            plan=plan,
+            step_id=last + 1,
+            tool=engine.storable(tool)[:100],
+            args=engine.storable(args) if isinstance(args, dict) else {},
+            depends_on=[],
+            destructive=spec.destructive if spec else False,
+            round=last + 1,
+            status=Step.Status.FAILED if error else Step.Status.PENDING,
+            error=engine.storable(error),
+            finished_at=timezone.now() if error else None,
+        )
+        run_fields: dict[str, Any] = {}
+        if spec is not None and tool not in run.tools_used:
+            run.tools_used = sorted({*run.tools_used, tool})
+            run_fields["tools_used"] = run.tools_used
+        payload = {"version": plan.version, "step": step.step_id, "tool": step.tool}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("step_planned", {**payload, "args": step.args})
+        ]
+        if error:
+            events.append(("step_finished", {**payload, "status": step.status, "error": error}))
+        append_events(
+            run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
+        )
+    return step

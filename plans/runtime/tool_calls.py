@@ -1,0 +1,151 @@
+"""One tool call on a tool thread: the call, its outcome, and a reconcile hook's answer.
+
+The executor (plans.runtime.steps) decides which calls to make; this is how one is made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from plans.engine import (
+    storable,
+    unstorable_in,
+)
+from plans.models import Approval
+from plans.runtime.gate import (
+    approval_is_valid_for_call,
+)
+from plans.runtime.recorder import Durable
+from plans.tools import ToolError, ToolSpec
+
+
+@dataclass
+class ToolOutcome:
+    result: Any
+    error: str
+    idempotency_key: str
+    started_at: datetime
+    duration_ms: float
+    retryable: bool = False
+    tool_fault: bool = False  # the tool misbehaved (not a refusal of its input): breaker counts it
+
+
+def invoke_tool(
+    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None, step_pk: int
+) -> ToolOutcome:
+    """Call a tool in a pool thread; a destructive one needs an approval of these exact args
+    for this very step (step_pk): another step's or another run's approval never counts."""
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    allowed = approval_is_valid_for_call(approval, tool=spec.name, args=args, step_pk=step_pk)
+    if spec.destructive and not allowed:
+        refusal = f"{spec.name} is destructive and has no approval for these arguments"
+        return ToolOutcome(None, refusal, key, started_at, 0.0)
+    result: Any = None
+    error = ""
+    retryable = fault = False
+    try:
+        result, size = _jsonable(spec.call(args, idempotency_key=key))
+        if size > settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:
+            result = None
+            raise ToolError(
+                f"the result is too large: {size:,} characters of JSON, at most "
+                f"{settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:,} (AGENTSITE_TOOL_RESULT_MAX_CHARS)"
+            )
+    except BaseException as exc:  # even SystemExit from a tool ends only its step
+        error = error_text(exc)
+        retryable = bool(spec.retryable) and isinstance(exc, spec.retryable)
+        fault = retryable or not isinstance(exc, ToolError)
+    finally:
+        if connection.connection is not None:
+            connection.close()
+    duration_ms = (time.perf_counter() - t0) * 1000
+    return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+
+
+def invoke_once_recorded(
+    durable: Durable | None,
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    key: str,
+    approval: Approval | None,
+    step_pk: int,
+) -> ToolOutcome:
+    """invoke_tool once the commit holding the call's start is made (durable None: at once);
+    never if it fails, which ends the advance (so this outcome is never recorded)."""
+    if durable is not None and not durable.wait():
+        return ToolOutcome(None, "not called: its start was not recorded", key, timezone.now(), 0)
+    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk)
+
+
+def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:
+    """Ask a destructive tool's reconcile hook what became of the call with this key."""
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    result: Any = None
+    error = ""
+    try:
+        assert spec.reconcile is not None
+        answer = spec.reconcile(key)
+        result = None if answer is None else _jsonable(answer)[0]
+    except BaseException as exc:
+        error = error_text(exc)
+    finally:
+        if connection.connection is not None:
+            connection.close()
+    return ToolOutcome(result, error, key, started_at, (time.perf_counter() - t0) * 1000)
+
+
+def error_text(exc: BaseException) -> str:
+    """What an exception (a tool's, a model backend's) says, storable and kept short."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    if not isinstance(exc, ToolError):
+        message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = storable(message)
+    if len(text) > TOOL_ERROR_MAX_CHARS:
+        cut = len(text) - TOOL_ERROR_MAX_CHARS
+        text = f"{text[:TOOL_ERROR_MAX_CHARS]}... ({cut:,} more characters not kept)"
+    return text
+
+
+def _jsonable(value: Any) -> tuple[Any, int]:
+    """The result as storable JSON data (see plans.engine.text), and its length as JSON text.
+
+    ValueError if it has no JSON form: NaN, infinities, integers too long to write out.
+    """
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"the result {value} is not a JSON number")
+        if kind is int and not -_JSON_INT_BOUND < value < _JSON_INT_BOUND:
+            raise ValueError("the result is an integer too long to write out")
+        return storable(value), len(value) if kind is str else 0
+    text = json.dumps(value, default=str, ensure_ascii=False, allow_nan=False)
+    data = json.loads(text)
+    # The text keeps an unpaired surrogate as it is but writes a NUL as the escape \u0000.
+    clean = unstorable_in(text) is None and "\\u0000" not in text
+    return (data if clean else storable(data)), len(text)
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+# Python refuses to write out an int of more than 4,300 digits (sys.get_int_max_str_digits).
+_JSON_INT_BOUND = 10**4000
+
+
+# An error is an observation for the answer prompt: a traceback-sized text at most.
+TOOL_ERROR_MAX_CHARS = 10_000

@@ -1,0 +1,28 @@
+"""ask_human: a person in the loop, a core capability the executor answers itself.
+
+Registered always, whatever AGENTSITE_TOOL_MODULES lists (plans.tools.registry.tool_modules).
+The executor answers this tool's steps itself (plans.runtime.steps): it parks the run until a
+person answers in the inbox. Not pure, so an answer is never reused by another step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from plans.tools.errors import ToolError
+from plans.tools.registry import tool
+
+ASK_HUMAN = "ask_human"
+Audience = Literal["author", "reviewers", "operators"]
+
+
+@tool(name=ASK_HUMAN)
+def ask_human(
+    question: str, choices: list[str] | None = None, audience: Audience = "author"
+) -> str | int | float:
+    """Ask a person a question and wait for the answer, which is the step's result: the chosen
+    choice or the typed text, as a number when it is one. audience is "author" (the run's
+    author) or a role: "reviewers" or "operators". Use it when a figure or a choice must be
+    confirmed by a person, e.g. the amount of a refund.
+    """
+    raise ToolError("ask_human is answered by a person in the inbox; it cannot be called directly")

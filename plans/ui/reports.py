@@ -1,0 +1,78 @@
+"""The costs page's chart and the audit page's step timeline, drawn from the selectors' data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.utils.safestring import SafeString, mark_safe
+
+from plans.selectors.audit import RunRecords
+from plans.selectors.costs import CostReport
+from plans.ui.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
+from plans.ui.graphs import STATUS_COLOURS
+
+
+def cost_daily_svg(report: CostReport) -> SafeString:
+    """Model spend per day of the report's window, as bars."""
+    bars = [
+        Bar(
+            label=row["day"].strftime("%b %-d"),
+            value=float(row["cost"]),
+            title=f"{row['day']:%a %b %-d}: ${row['cost']:.6f} in {row['calls']} "
+            + ("call" if row["calls"] == 1 else "calls"),
+        )
+        for row in report.daily
+    ]
+    # bar_chart_svg builds XML elements, so every label in it is escaped by the serialiser.
+    return mark_safe(  # noqa: S308
+        bar_chart_svg(
+            bars, value_label=usd_label, title=f"Model spend per day, last {report.days} days"
+        )
+    )
+
+
+def run_timeline_svg(records: RunRecords, *, now: datetime) -> SafeString | None:
+    """The run's steps as a gantt chart (None before any step started)."""
+    spans = run_timeline(records, now=now)
+    if not spans:
+        return None
+    # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
+    return mark_safe(  # noqa: S308
+        gantt_svg(spans, title=f"Timeline of the steps of run {records.run.pk}")
+    )
+
+
+def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
+    """One span per started step, from the run's start, grouped by (plan version and) round."""
+    started = [
+        (version.plan.version, step, step.started_at)
+        for version in records.versions
+        for step in version.steps
+        if step.started_at
+    ]
+    if not started:
+        return []
+    origin = min([at for _, _, at in started] + [records.run.started_at or now])
+    several_versions = len({number for number, _, _ in started}) > 1
+    ongoing_until = records.run.finished_at or now
+    spans = []
+    for number, step, started_at in sorted(
+        started, key=lambda item: (item[0], item[1].round, item[2])
+    ):
+        end = step.finished_at or ongoing_until
+        seconds = (end - started_at).total_seconds()
+        group = (
+            f"Plan v{number} · round {step.round}" if several_versions else f"Round {step.round}"
+        )
+        spans.append(
+            Span(
+                group=group,
+                label=f"{step.step_id} · {step.tool}",
+                start=(started_at - origin).total_seconds(),
+                end=(end - origin).total_seconds(),
+                fill=STATUS_COLOURS.get(step.status, STATUS_COLOURS["pending"]),
+                title=f"step {step.step_id} · {step.tool}: {step.status}, {seconds:.3f} s",
+                open_ended=step.finished_at is None,
+            )
+        )
+    return spans

@@ -1,0 +1,44 @@
+"""manage.py serve refuses settings it cannot honour before it starts anything."""
+
+import os
+import socket
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--workers", "-1"], "--workers must be 0 or more, got -1"),
+        (["--port", "99999"], "--port must be from 0 to 65535, got 99999"),
+    ],
+)
+def test_bad_options_are_refused_naming_them(args, refusal):
+    with pytest.raises(CommandError, match=refusal):
+        call_command("serve", *args, stdout=StringIO())
+
+
+@pytest.mark.multiprocess
+def test_a_port_already_taken_ends_serve_with_an_error_not_a_success(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "AGENTSITE_SQLITE_PATH": str(tmp_path / "db.sqlite3")}
+        serve = ["manage.py", "serve", "--port", str(port), "--workers", "0", "--no-demo-users"]
+        result = subprocess.run(  # noqa: S603 - our own command line, with a port we chose
+            [sys.executable, *serve],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert result.returncode != 0
+    assert f"could not listen on 127.0.0.1:{port}" in result.stderr

@@ -1,0 +1,174 @@
+"""The run recorder: batched, lease-fenced writes on a writer thread reused from run to run."""
+
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from plans.journal.events import LeaseLost
+from plans.journal.leases import lease_acquire, lease_release
+from plans.models import Run, RunEvent, Step, ToolCall
+from plans.runtime import recorder as recorder_module
+from plans.runtime.advance import advance_run
+from plans.runtime.recorder import Batch, RunRecorder, _merged
+from plans.services.runs import run_create
+from tests.integration.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PLAN = {"steps": [{"id": 1, "tool": "echo", "args": {"text": "hi"}}]}
+
+
+@pytest.fixture(autouse=True)
+def it_tools(settings):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.integration.it_tools"]
+
+
+def recorder_threads() -> list[threading.Thread]:
+    name = f"recorder-{threading.current_thread().name}"
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
+def test_runs_advanced_one_after_another_on_a_thread_share_its_writer(author):
+    runs = [run_create(author=author, goal_text=f"run {i}", plan_data=PLAN) for i in range(3)]
+
+    statuses = [advance_run(run.pk) for run in runs]
+
+    assert statuses == ["completed"] * 3
+    assert len(recorder_threads()) == 1
+    for run in runs:
+        seqs = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
+        assert seqs == list(range(1, Run.objects.get(pk=run.pk).last_seq + 1))
+
+
+def test_a_run_whose_lease_was_lost_leaves_the_writer_clean_for_the_next(author):
+    lost_run, next_run = (run_create(author=author, goal_text=g) for g in ("lost", "next"))
+    stale = lease_acquire(lost_run.pk)
+    lease_release(stale)
+    lease_acquire(lost_run.pk)  # someone else holds it now
+    recorder = RunRecorder(stale)
+    recorder.event("run_status", status="running")
+    with pytest.raises(LeaseLost):
+        recorder.flush(wait=True)
+    recorder.close()
+
+    lease = lease_acquire(next_run.pk)
+    recorder = RunRecorder(lease)
+    recorder.event("run_status", status="running")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    kinds = list(RunEvent.objects.filter(run=next_run).values_list("kind", flat=True))
+    assert kinds == ["run_created", "run_status"]
+    assert not RunEvent.objects.filter(run=lost_run, kind="run_status").exists()
+
+
+def test_a_recorder_opened_while_the_threads_writer_is_busy_gets_its_own(author):
+    first, second = (run_create(author=author, goal_text=g) for g in ("first", "second"))
+    one = RunRecorder(lease_acquire(first.pk))
+    two = RunRecorder(lease_acquire(second.pk))
+    one.event("run_status", status="one")
+    two.event("run_status", status="two")
+
+    one.flush(wait=True)
+    two.flush(wait=True)
+    one.close()
+    two.close()
+
+    assert one._writer is not two._writer
+    assert RunEvent.objects.get(run=first, kind="run_status").payload == {"status": "one"}
+    assert RunEvent.objects.get(run=second, kind="run_status").payload == {"status": "two"}
+
+
+def test_batches_that_queued_up_are_merged_in_order_with_later_values_winning():
+    first = Batch(
+        events=[("step_started", {"step": 1})],
+        steps=[{"id": 7, "status": "running", "attempts": 1}],
+        run_fields={"status": "running", "round_count": 1},
+    )
+    second = Batch(
+        events=[("step_finished", {"step": 1})],
+        steps=[{"id": 7, "status": "succeeded", "result": 3}, {"id": 8, "status": "running"}],
+        run_fields={"round_count": 2},
+    )
+
+    merged = _merged([first, second])
+
+    assert merged.events == [("step_started", {"step": 1}), ("step_finished", {"step": 1})]
+    assert merged.steps == [
+        {"id": 7, "status": "succeeded", "attempts": 1, "result": 3},
+        {"id": 8, "status": "running"},
+    ]
+    assert merged.run_fields == {"status": "running", "round_count": 2}
+
+
+def test_a_batch_writes_only_the_fields_each_step_changed(author):
+    run = run_create(author=author, goal_text="fields", plan_data=PLAN)
+    step = Step.objects.get(plan__run=run)
+    Step.objects.filter(pk=step.pk).update(error="written elsewhere")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    step.status, step.attempts, step.error = Step.Status.RUNNING, 1, "stale in memory"
+    recorder.step_changed(step, "status", "attempts")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    stored = Step.objects.get(pk=step.pk)
+    assert (stored.status, stored.attempts) == (Step.Status.RUNNING, 1)
+    assert stored.error == "written elsewhere"
+
+
+def test_tool_call_values_are_stored_as_json_with_none_kept_as_null(author):
+    run = run_create(author=author, goal_text="json", plan_data=PLAN)
+    step = Step.objects.get(plan__run=run)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    common = {"run_id": run.pk, "step_id": step.pk, "tool": "echo", "idempotency_key": "k"}
+    common.update(started_at=timezone.now(), duration_ms=1.0)
+    recorder.tool_call(**common, attempt=1, args={"text": "é <b>"}, result=[1, 2.5], error="")
+    recorder.tool_call(**common, attempt=2, args={}, result=None, error="timed out")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    first, second = ToolCall.objects.filter(step=step).order_by("attempt")
+    assert (first.args, first.result) == ({"text": "é <b>"}, [1, 2.5])
+    assert (second.args, second.result, second.error) == ({}, None, "timed out")
+    assert ToolCall.objects.filter(step=step, result__isnull=True).get() == second
+
+
+def test_a_young_batch_waits_for_the_next_one_and_they_commit_together(author, monkeypatch):
+    commits = []
+    real_append = recorder_module.append_events
+    monkeypatch.setattr(
+        recorder_module,
+        "append_events",
+        lambda run_id, entries, **kw: (
+            commits.append(list(entries)) or real_append(run_id, entries, **kw)
+        ),
+    )
+    monkeypatch.setattr(recorder_module, "FLUSH_DELAY_S", 0.5)
+    run = run_create(author=author, goal_text="group commit")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    recorder.event("run_status", status="steps done")
+    recorder.flush()  # young: the writer holds it for the next batch
+    time.sleep(0.1)  # long enough to commit it, were it not held
+    recorder.event("run_finished", status="completed")
+    recorder.flush(wait=True)
+    recorder.close()
+
+    assert [[kind for kind, _ in entries] for entries in commits] == [
+        ["run_status", "run_finished"]
+    ]
+
+
+def test_a_batch_nobody_waits_for_is_committed_once_it_is_old_enough(author, monkeypatch):
+    monkeypatch.setattr(recorder_module, "FLUSH_DELAY_S", 0.05)
+    run = run_create(author=author, goal_text="group commit")
+    recorder = RunRecorder(lease_acquire(run.pk))
+
+    recorder.event("run_status", status="alone")
+    recorder.flush()
+
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind="run_status").exists(), timeout=5)
+    recorder.close()
