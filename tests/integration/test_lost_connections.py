@@ -109,6 +109,12 @@ def backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
+def what_ended(run: Run) -> str:
+    """The run's error and its steps' errors, for a failing assertion's message."""
+    steps = Step.objects.filter(plan__run=run).values_list("step_id", "status", "error")
+    return f"run error: {Run.objects.get(pk=run.pk).error!r}; steps: {list(steps)}"
+
+
 def chain_around_sever(spare: int) -> dict:
     """A call, one that ends the other sessions, and one after it."""
     return {
@@ -131,7 +137,7 @@ def test_a_flush_on_a_lost_connection_is_retried_once_and_the_run_goes_on(on_pos
     run = run_create(author=on_postgres, goal_text="g", plan_data=chain_around_sever(backend_pid()))
     caplog.set_level(logging.WARNING, logger="plans.runtime.recorder")
 
-    assert advance_run(run.pk) == Run.Status.COMPLETED
+    assert advance_run(run.pk) == Run.Status.COMPLETED, what_ended(run)
 
     assert "the recorder's retry committed" in caplog.text
     assert calls_made() == ["first", "sever", "after"]
@@ -151,7 +157,7 @@ def test_an_advance_the_database_fails_hands_the_run_over_instead_of_failing_it(
     run = run_create(author=on_postgres, goal_text="g", plan_data=chain_around_sever(0))
     DBTaskResult.objects.all().delete()  # run_create's enqueue: the test advances by hand
 
-    assert advance_run(run.pk) == "handed_over"
+    assert advance_run(run.pk) == "handed_over", what_ended(run)
 
     handed = Run.objects.get(pk=run.pk)
     assert handed.status == Run.Status.RUNNING
