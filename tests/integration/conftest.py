@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from asgiref.local import Local
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60
@@ -83,16 +84,23 @@ def this_process_on(django_db_blocker):
         connections.settings["default"] = connections.configure_settings({"default": database})[
             "default"
         ]
-        del connections["default"]
+        _every_thread_reconnects(connections)
         try:
             with django_db_blocker.unblock():
                 yield
         finally:
             connections.close_all()
             connections.settings["default"] = previous
-            del connections["default"]
+            _every_thread_reconnects(connections)
 
     return use
+
+
+def _every_thread_reconnects(connections) -> None:
+    """Drop every thread's connection wrappers, not only this one's: the process keeps threads
+    from test to test (the tool pool, recorders, the lease keeper), and a wrapper made before
+    the switch would still reach the old database (a tool's query ran on SQLite)."""
+    connections._connections = Local(connections.thread_critical)
 
 
 def free_port() -> int:
