@@ -11,6 +11,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from plans.mcp import mcp_servers_start  # noqa: E402
 from plans.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -21,3 +22,7 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# The serving process starts its MCP servers now, in the background: the first page that reads
+# the registry finds them up (or starting), and never waits for them.
+mcp_servers_start()

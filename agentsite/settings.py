@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so it sees every response: an API client gets JSON errors, never a debug page.
     "plans.api.middleware.ApiErrorsAsJson",
+    # A page or API call never waits for an MCP server to start (plans/mcp/middleware.py).
+    "plans.mcp.middleware.RequestsNeverWaitForServers",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

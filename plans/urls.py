@@ -1,6 +1,17 @@
 from django.urls import path
 
-from plans.views import account, approvals, costs, evals, forks, goals, questions, runs, webhooks
+from plans.views import (
+    account,
+    approvals,
+    costs,
+    evals,
+    forks,
+    goals,
+    mcp,
+    questions,
+    runs,
+    webhooks,
+)
 
 app_name = "plans"
 urlpatterns = [
@@ -28,6 +39,7 @@ urlpatterns = [
     path("settings/tokens/<int:token_id>/revoke/", account.token_revoke_view, name="token_revoke"),
     path("settings/notifications/", account.preferences_view, name="preferences"),
     path("webhooks/", webhooks.webhooks, name="webhooks"),
+    path("mcp/", mcp.mcp_servers, name="mcp_servers"),
     path("webhooks/endpoints/", webhooks.endpoint_create, name="webhook_create"),
     path(
         "webhooks/endpoints/<int:endpoint_id>/toggle/",

@@ -18,6 +18,7 @@ from plans.services.plans import plan_decide_seen
 router = Router(tags=["approvals"])
 
 DECISION_ERRORS: dict[int, type[ErrorOut]] = {
+    400: ErrorOut,
     401: ErrorOut,
     403: ErrorOut,
     404: ErrorOut,
@@ -71,8 +72,9 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
     response={200: DecisionOut, **DECISION_ERRORS},
     summary="Approve (optionally with edited arguments) or reject, all or nothing",
     description="Each approval names the args_sha256 the reviewer saw; if it is not the "
-    "approval's, nothing is decided (409 stale_hash). Under four-eyes the goal's author may not "
-    "decide (403 four_eyes).",
+    "approval's, nothing is decided: 409 stale_hash, with the current arguments and their hash "
+    "in 'current', to show the reviewer before deciding again. Under four-eyes the goal's "
+    "author may not decide (403 four_eyes).",
 )
 def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
     reviewer: User = request.user  # type: ignore[assignment]

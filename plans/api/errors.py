@@ -8,18 +8,31 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Schema
+from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from plans.services.approvals import StaleArgs
 from plans.services.refusals import Refused
 
 logger = logging.getLogger("django.request")
+
+
+class CurrentArgsOut(Schema):
+    id: int
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str
 
 
 class ErrorOut(Schema):
     code: str
     detail: str
     problems: list[str] | None = None
+    current: list[CurrentArgsOut] | None = Field(
+        None,
+        description="With 409 stale_hash: each approval's arguments as they are now, with their "
+        "hash. Show them to the reviewer before deciding again.",
+    )
 
 
 class ApiError(Exception):
@@ -32,11 +45,12 @@ class ApiError(Exception):
         detail: str,
         *,
         problems: list[str] | None = None,
+        current: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
-        self.problems, self.headers = problems, headers or {}
+        self.problems, self.current, self.headers = problems, current, headers or {}
 
 
 class TokenInvalid(AuthenticationError):
@@ -58,7 +72,7 @@ REFUSALS: dict[str, tuple[int, str, str | None]] = {
     "stale_hash": (409, "stale_hash", None),
     "stale_plan": (409, "stale_plan", None),
     "reason_required": (422, "reason_required", None),
-    "listed_twice": (422, "invalid_request", None),
+    "listed_twice": (422, "listed_twice", None),
     "edit_with_reject": (422, "invalid_request", None),
     "text_invalid": (422, "decision_invalid", None),
     "goal_invalid": (422, "goal_rejected", None),
@@ -68,7 +82,15 @@ REFUSED = (409, "decision_refused", None)
 
 def refusal_error(refused: Refused) -> ApiError:
     status, code, detail = REFUSALS.get(refused.code, REFUSED)
-    return ApiError(status, code, detail or str(refused))
+    current = None
+    if isinstance(refused, StaleArgs):
+        # The arguments with their hash, never the hash alone: a client cannot re-approve
+        # without having been handed what it approves.
+        current = [
+            {"id": a.pk, "tool": a.tool, "args": a.args, "args_sha256": a.args_sha256}
+            for a in refused.approvals
+        ]
+    return ApiError(status, code, detail or str(refused), current=current)
 
 
 def not_found(what: str = "run") -> ApiError:
@@ -84,11 +106,14 @@ def error_response(
     detail: str,
     *,
     problems: list[str] | None = None,
+    current: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> HttpResponse:
     body: dict[str, Any] = {"code": code, "detail": detail}
     if problems is not None:
         body["problems"] = problems
+    if current is not None:
+        body["current"] = current
     response = api.create_response(request, body, status=status)
     for name, value in (headers or {}).items():
         response[name] = value
@@ -112,6 +137,7 @@ def install_error_handlers(api: NinjaAPI) -> None:
             exc.code,
             exc.detail,
             problems=exc.problems,
+            current=exc.current,
             headers=exc.headers,
         )
 

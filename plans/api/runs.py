@@ -48,6 +48,24 @@ ERRORS: dict[int, type[ErrorOut]] = {
 STREAM_POLL_S = 0.25
 STREAM_HEARTBEAT_S = 15.0
 EVENT_STREAM = "text/event-stream"
+# Headers the views read themselves, declared so generated clients can send them.
+IDEMPOTENCY_KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Any string of up to 200 characters: a retry with the same key and body "
+    "returns the first run (200) instead of creating another.",
+    "schema": {"type": "string", "maxLength": 200},
+}
+LAST_EVENT_ID_HEADER = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "description": "With Accept: text/event-stream, resume after this seq (the last id: "
+    "received); the later of it and ?after= wins. A value that is not a seq is ignored, as "
+    "the server-sent events standard has a browser send back whatever id it last saw.",
+    "schema": {"type": "string"},
+}
 
 
 def visible_run(request: HttpRequest, run_id: int) -> Run:
@@ -115,6 +133,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
     response={
         200: RunOut,
         201: RunOut,
+        400: ErrorOut,
         401: ErrorOut,
         403: ErrorOut,
         413: ErrorOut,
@@ -126,6 +145,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
     "header a retry returns the first run (200); the same key with another body is a 422. "
     "An invalid plan is a 422 listing every problem, and nothing is created. A body over "
     "AGENTSITE_MAX_BODY_BYTES (1 MiB by default) is a 413 body_too_large.",
+    openapi_extra={"parameters": [IDEMPOTENCY_KEY_HEADER]},
 )
 def create_run(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     user: User = request.user  # type: ignore[assignment]
@@ -256,7 +276,7 @@ def get_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
 
 @router.post(
     "/runs/{run_id}/cancel/",
-    response={200: RunOut, **ERRORS},
+    response={200: RunOut, 403: ErrorOut, **ERRORS},  # 403: a session without the CSRF token
     summary="Stop a run: nothing new starts; steps in flight finish and are recorded",
 )
 def cancel_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
@@ -289,6 +309,7 @@ def export_run(request: HttpRequest, run_id: int) -> HttpResponse:
     "batch of events and every AGENTSITE_STREAM_RECHECK_S (5 s by default): once it is "
     "revoked, expired or signed out, an 'error' event ({code, detail}) ends the stream.",
     openapi_extra={
+        "parameters": [LAST_EVENT_ID_HEADER],
         "responses": {
             200: {
                 "description": "The events",
@@ -297,7 +318,7 @@ def export_run(request: HttpRequest, run_id: int) -> HttpResponse:
                     EVENT_STREAM: {"schema": {"type": "string"}},
                 },
             }
-        }
+        },
     },
 )
 def run_events(request: HttpRequest, run_id: int, after: int = 0) -> Any:

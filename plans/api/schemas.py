@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from decimal import ROUND_DOWN, Decimal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ninja import Field, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, WithJsonSchema, field_validator
+from pydantic.config import JsonDict
 
 from plans.models import Run
 from plans.selectors.runs import RUN_SORTS
@@ -18,6 +20,19 @@ if TYPE_CHECKING:  # the literals are built from the model and the selector at r
 else:
     RunStatus = Literal[tuple(Run.Status.values)]
     RunSort = Literal[tuple(RUN_SORTS)]
+
+MICRO_DOLLAR = Decimal("0.000001")
+DECIMAL_TEXT = r"[0-9]{1,6}(\.[0-9]+)?"
+BUDGET_USD_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "minimum": 0, "exclusiveMaximum": 1_000_000},
+        {"type": "string", "pattern": f"^{DECIMAL_TEXT}$"},
+    ]
+}
+# Text the services store: no NUL anywhere, and a goal is not empty once trimmed. Stated in the
+# schema for clients; the services check them, with a message that says what is wrong.
+NO_NUL = r"^[^\x00]*$"
+SOME_TEXT = r"^[^\x00]*[^\s\x00][^\x00]*$"
 
 
 class Strict(Schema):
@@ -32,15 +47,36 @@ class RunOptionsIn(Strict):
     run_dependants_of_failures: bool = Field(
         False, description="Let dependants of a failed step run with the error text."
     )
-    budget_usd: Decimal | None = Field(
-        None, ge=0, le=1_000_000, max_digits=12, decimal_places=6, description="Model spend cap."
+    budget_usd: Annotated[Decimal, WithJsonSchema(BUDGET_USD_SCHEMA)] | None = Field(
+        None, ge=0, lt=1_000_000, description="Model spend cap in USD, kept to 6 decimal places."
     )
     budget_tokens: int | None = Field(None, ge=0, le=2_000_000_000)
     max_parallel_steps: int | None = Field(None, ge=1, le=1000)
 
+    @field_validator("budget_usd", mode="before")
+    @classmethod
+    def _decimal_text(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(DECIMAL_TEXT, value):
+            raise ValueError('a budget as text must be digits, as in "12.50"')
+        return value
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _micro_dollars(cls, value: Decimal | None) -> Decimal | None:
+        # Digits past a millionth of a dollar are dropped, not refused: a float such as
+        # 12.300000000000001 is a sound budget, and the column keeps 6 places (rounding down
+        # keeps it under the limit).
+        return None if value is None else value.quantize(MICRO_DOLLAR, rounding=ROUND_DOWN)
+
 
 class RunCreateIn(Strict):
-    goal: str = Field(..., min_length=1, max_length=2000, description="What the agent should do.")
+    goal: str = Field(
+        ...,
+        min_length=1,
+        max_length=2000,
+        json_schema_extra={"pattern": SOME_TEXT},
+        description="What the agent should do.",
+    )
     plan: dict[str, Any] | None = Field(
         None,
         description='A plan to run instead of asking the planner: {"steps": [{id, tool, args, '
@@ -192,9 +228,35 @@ class ApprovalChoiceIn(Strict):
     )
 
 
+# A rejection says why: stated in the schema too, so a client's validator knows it first.
+REJECTING: JsonDict = {"properties": {"decision": {"const": "reject"}}, "required": ["decision"]}
+REASON_TO_REJECT: JsonDict = {
+    "if": REJECTING,
+    "then": {"properties": {"reason": {"pattern": r"\S"}}, "required": ["reason"]},
+}
+# ... and edited arguments only go with an approval.
+NO_EDIT_TO_REJECT: JsonDict = {
+    "if": REJECTING,
+    "then": {
+        "properties": {
+            "reason": {"pattern": r"\S"},
+            "approvals": {"items": {"properties": {"args": {"type": "null"}}}},
+        },
+        "required": ["reason"],
+    },
+}
+
+
 class DecisionIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=NO_EDIT_TO_REJECT)
+
     decision: Literal["approve", "reject"]
-    reason: str = Field("", max_length=2000, description="Required to reject.")
+    reason: str = Field(
+        "",
+        max_length=2000,
+        json_schema_extra={"pattern": NO_NUL},
+        description="Required to reject.",
+    )
     approvals: list[ApprovalChoiceIn] = Field(..., min_length=1, max_length=100)
 
 
@@ -216,8 +278,15 @@ class DecisionOut(Schema):
 
 
 class PlanDecisionIn(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=REASON_TO_REJECT)
+
     decision: Literal["approve", "reject"]
-    reason: str = Field("", max_length=2000)
+    reason: str = Field(
+        "",
+        max_length=2000,
+        json_schema_extra={"pattern": NO_NUL},
+        description="Required to reject.",
+    )
     version: int = Field(..., ge=1, le=2**31, description="The plan version you reviewed.")
 
 

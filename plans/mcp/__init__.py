@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from plans.tools import ToolSpec
 
 
+def mcp_servers_start() -> None:
+    """Start the configured servers in the background, at the start of a process that serves
+    pages or runs steps; returns at once (a no-op without servers)."""
+    if not getattr(settings, "AGENTSITE_MCP_SERVERS", None):
+        return
+    from plans.mcp.tools import servers_start  # why here: as in McpToolSource.specs()
+
+    servers_start()
+
+
 class McpToolSource:
     """The configured MCP servers as a source of registry tools (plans.tools.add_tool_source)."""
 

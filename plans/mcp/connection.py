@@ -2,8 +2,10 @@
 
 The SDK is asynchronous; the worker's tool threads are not. One event-loop thread per process
 holds every server's session, and a thread calls a tool by handing a coroutine to that loop and
-waiting for it with the tool's time limit. Servers are started on first use; one that crashes,
-hangs or disconnects fails the calls in flight and is started afresh for the next one. Each
+waiting for it with the tool's time limit. Servers are started in the background (at process
+start, or at the first registry read): a registry read never waits for one, a call does. One
+that crashes, hangs or disconnects fails the calls in flight and is started afresh for the next
+one. Each
 server has its own lock and session, so one server's trouble never holds up another's tools.
 """
 
@@ -11,24 +13,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 import anyio
 import httpx2
 import mcp_types as types
+from django.utils import timezone
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from plans.mcp.config import ServerConfig
 
@@ -40,10 +46,25 @@ T = TypeVar("T")
 # startup time limit, and registry reads happen on every plan).
 RETRY_START_AFTER_S = 10.0
 # How long the tool list is trusted before it is read again (a list_changed notice, when a
-# server sends one, refreshes it sooner).
+# server sends one, has it read again at once).
 CATALOG_TTL_S = 30.0
 # How long closing a server may take before it is left to the loop.
 CLOSE_TIMEOUT_S = 5.0
+
+
+# Set while a web request is served (plans.mcp.middleware): its registry reads never wait for a
+# server to start. A worker's or a command's do, as a plan needs the tools it is about to use.
+_reads_never_wait = contextvars.ContextVar("mcp_reads_never_wait", default=False)
+
+
+@contextlib.contextmanager
+def reads_never_wait() -> Iterator[None]:
+    """Within it, registry reads return the tools of the servers that are up, without waiting."""
+    token = _reads_never_wait.set(True)
+    try:
+        yield
+    finally:
+        _reads_never_wait.reset(token)
 
 
 class ServerUnavailable(Exception):
@@ -88,11 +109,14 @@ def run_on_loop[T](coro: Coroutine[Any, Any, T], *, timeout: float | None) -> T:
 
 @dataclass(frozen=True)
 class ServerState:
-    """What an operator is told about a server: up, not started yet, or why it is down."""
+    """What an operator is told about a server: its state, its last error and last (re)start."""
 
-    label: str  # "not started", "running", "failed"
+    label: str  # "not started", "starting", "running", "failed"
     detail: str = ""
     restarts: int = 0
+    started_at: datetime | None = None  # when the last start (or restart) began
+    last_error: str = ""  # the last failure, kept after the server recovered
+    last_error_at: datetime | None = None
 
 
 class ServerConnection:
@@ -105,6 +129,7 @@ class ServerConnection:
         self._listing: Future[None] | None = None
         self._listing_lock = threading.Lock()
         self._client: Client | None = None
+        self._holding: Client | None = None  # the session held open, from before it is ready
         self._stop: asyncio.Event | None = None
         self._owner: Future[None] | None = None
         self._tools: list[types.Tool] = []
@@ -113,31 +138,97 @@ class ServerConnection:
         self._failure = ""
         self._starts = 0
         self._generation = 0  # bumped by each start, so a stale failure cannot stop a new session
+        self._starting = False  # a start in flight (on a thread of its own, or a caller's)
+        self._background_lock = threading.Lock()
+        self._start_done = threading.Event()
+        self._start_done.set()
+        self._started_at: datetime | None = None
+        self._last_error = ""
+        self._last_error_at: datetime | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # catalog re-reads scheduled on the loop
+        # Called (on the loop) after a server's change notice was followed by a re-read.
+        self.on_relisted: Callable[[], None] | None = None
 
     # --- state -----------------------------------------------------------------------------
 
     @property
     def state(self) -> ServerState:
-        restarts = max(self._starts - 1, 0)
         if self._client is not None:
-            return ServerState("running", restarts=restarts)
-        if self._failure:
-            return ServerState("failed", self._failure, restarts)
-        return ServerState("not started", restarts=restarts)
+            label, detail = "running", ""
+        elif self._starting:
+            label, detail = "starting", ""
+        elif self._failure:
+            label, detail = "failed", self._failure
+        else:
+            label, detail = "not started", ""
+        return ServerState(
+            label,
+            detail,
+            restarts=max(self._starts - 1, 0),
+            started_at=self._started_at,
+            last_error=self._last_error,
+            last_error_at=self._last_error_at,
+        )
 
     def tools(self, *, start: bool = True) -> list[types.Tool]:
-        """The server's tools, started (once, lazily) and re-listed when the list is stale."""
+        """The server's tools, started if it is not up and re-listed when the list is stale.
+
+        Within reads_never_wait (a web request) both happen in the background and the tools
+        it last listed are returned at once; elsewhere the caller waits for them.
+        """
         if start:
-            self._ensure_started()
-            if self._client is not None and time.monotonic() - self._listed_at > CATALOG_TTL_S:
-                self._relist_shared()
+            client = self._client
+            up = client is not None and not _transport_closed(client)
+            stale = time.monotonic() - self._listed_at > CATALOG_TTL_S
+            if _reads_never_wait.get():
+                if not up:
+                    self.start_in_background()
+                elif stale:
+                    self._relist_soon()
+            else:
+                self._ensure_started()
+                if self._client is not None and stale:
+                    self._relist_shared()
         return list(self._tools)
+
+    def start_in_background(self) -> None:
+        """Start the server on a thread of its own, unless it is up, starting or just failed."""
+        with self._background_lock:
+            client = self._client
+            if self._starting or (client is not None and not _transport_closed(client)):
+                return
+            if self._failure and time.monotonic() - self._failed_at < RETRY_START_AFTER_S:
+                return
+            self._starting = True
+            self._start_done.clear()
+        name = f"mcp-start-{self.config.name}"
+        threading.Thread(target=self._start_quietly, name=name, daemon=True).start()
+
+    def wait_started(self) -> None:
+        """Wait for a background start in flight to end (bounded by the startup time limit)."""
+        self._start_done.wait(self.config.startup_timeout_s + CLOSE_TIMEOUT_S)
+
+    def _start_quietly(self) -> None:
+        try:
+            self._ensure_started(background=True)
+        finally:
+            self._starting = False
+            self._start_done.set()
+
+    def _relist_soon(self) -> None:
+        # Re-read on the loop, not on the caller's thread: a registry read does not wait for it.
+        client = self._client
+        if client is not None:
+            event_loop().loop.call_soon_threadsafe(self._schedule_relist, client)
 
     def refresh(self, *, since: float | None = None) -> list[types.Tool]:
         """Read the tool list again (a plan named a tool this server did not list), unless it
         was read after ``since`` (a time.monotonic()); callers meanwhile share that one read."""
         if since is None or self._listed_at < since:
-            self._relist_shared()
+            if _reads_never_wait.get() and self._client is None:
+                self.start_in_background()  # a web request does not wait for the start
+            else:
+                self._relist_shared()
         return list(self._tools)
 
     def _relist_shared(self) -> None:
@@ -212,7 +303,7 @@ class ServerConnection:
         with self._lock:
             self._close_locked()
 
-    def _ensure_started(self) -> Client | None:
+    def _ensure_started(self, *, background: bool = False) -> Client | None:
         client = self._client
         if client is not None and not _transport_closed(client):
             return client
@@ -222,20 +313,25 @@ class ServerConnection:
             if self._failure and time.monotonic() - self._failed_at < RETRY_START_AFTER_S:
                 return None
             self._close_locked()
+            self._starting = True
             try:
                 self._start_locked()
             except Exception as exc:
-                self._failure = _describe(exc)
-                self._failed_at = time.monotonic()
+                self._failure = self._last_error = _describe(exc)
+                self._failed_at, self._last_error_at = time.monotonic(), timezone.now()
                 logger.warning("MCP server %r did not start: %s", self.config.name, self._failure)
                 self._close_locked()
                 return None
+            finally:
+                if not background:  # a background start clears it once its thread is done
+                    self._starting = False
             self._failure = ""
             return self._client
 
     def _start_locked(self) -> None:
         self._starts += 1
         self._generation += 1
+        self._started_at = timezone.now()
         ready: Future[Client] = Future()
         self._owner = event_loop().submit(self._hold_session(ready))
         try:
@@ -253,8 +349,20 @@ class ServerConnection:
         self._stop = asyncio.Event()
         try:
             async with self._new_client() as client:
+                self._holding = client  # a change notice may come before the start is done
+                follow = None
+                if client.session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    # From protocol 2026-07-28 a server announces changes on a listen stream
+                    # it is asked for, not as bare notifications.
+                    follow = asyncio.create_task(self._follow_changes(client))
                 ready.set_result(client)
-                await self._stop.wait()
+                try:
+                    await self._stop.wait()
+                finally:
+                    if follow is not None:
+                        follow.cancel()
+                        with contextlib.suppress(BaseException):
+                            await follow
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
@@ -282,9 +390,42 @@ class ServerConnection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self._listed_at = 0.0  # re-listed on the next registry read
+            client = self._holding
+            if client is not None:
+                self._schedule_relist(client)  # a task: the handler must not await the server
         elif isinstance(message, Exception):
             logger.warning("MCP server %r: %s", self.config.name, message)
+
+    async def _follow_changes(self, client: Client) -> None:
+        """Re-read the tool list each time the server says it changed (a listen stream)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    await self._relist_on_loop(client)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a server that refuses to listen still serves its tools
+            logger.info("MCP server %r: no change stream (%s)", self.config.name, _describe(exc))
+
+    def _schedule_relist(self, client: Client) -> None:
+        task = asyncio.get_running_loop().create_task(self._relist_on_loop(client))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _relist_on_loop(self, client: Client) -> None:
+        try:
+            tools = await asyncio.wait_for(
+                _list_all_tools(client), timeout=self.config.startup_timeout_s
+            )
+        except Exception as exc:
+            logger.warning(
+                "MCP server %r: re-reading its tools failed: %s", self.config.name, _describe(exc)
+            )
+            return
+        if client is self._holding:  # not a session replaced meanwhile
+            self._tools, self._listed_at = tools, time.monotonic()
+            if self.on_relisted is not None:
+                self.on_relisted()
 
     def _relist(self) -> None:
         client, generation = self._client, self._generation
@@ -303,10 +444,11 @@ class ServerConnection:
             if generation != self._generation or self._client is None:
                 return  # already replaced by another caller
             logger.warning("MCP server %r is restarted: %s", self.config.name, reason)
+            self._last_error, self._last_error_at = reason, timezone.now()
             self._close_locked()
 
     def _close_locked(self) -> None:
-        self._client = None
+        self._client = self._holding = None
         stop, owner = self._stop, self._owner
         self._stop = self._owner = None
         if stop is not None:

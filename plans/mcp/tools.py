@@ -79,8 +79,19 @@ def close_all() -> None:
         connection.close()
 
 
+def servers_start(*, wait: bool = False) -> None:
+    """Start every configured server in the background; ``wait`` waits for each start to end
+    (a command that lists them, a test), else nothing waits (the web process at start-up)."""
+    connections = [connection_for(config) for config in configured_servers().values()]
+    for connection in connections:
+        connection.start_in_background()
+    if wait:
+        for connection in connections:
+            connection.wait_started()
+
+
 def mcp_tool_specs() -> dict[str, ToolSpec]:
-    """Every usable tool of every configured server, by registry name (servers started lazily)."""
+    """Every usable tool of every running server, by registry name; never waits for a start."""
     specs: dict[str, ToolSpec] = {}
     for listing in server_listings():
         for listed in listing.tools:
@@ -90,7 +101,8 @@ def mcp_tool_specs() -> dict[str, ToolSpec]:
 
 
 def server_listings(*, start: bool = True) -> list[ServerListing]:
-    """Each configured server with its state and tools; ``start=False`` only reports."""
+    """Each configured server with its state and the tools it last listed (never waiting);
+    ``start=False`` only reports, else a server that is not up is started in the background."""
     listings = []
     for config in configured_servers().values():
         connection = connection_for(config)

@@ -34,6 +34,21 @@ class ApprovalRefused(Refused):
     edit_with_reject."""
 
 
+class StaleArgs(ApprovalRefused):
+    """stale_hash: arguments changed since their reviewer saw them; holds the approvals as they
+    are now, so the edge can show the current arguments with their hash."""
+
+    def __init__(self, approvals: list[Approval]) -> None:
+        named = ", ".join(f"{a.pk} (their hash is now {a.args_sha256})" for a in approvals)
+        plural = "s" if len(approvals) > 1 else ""
+        super().__init__(
+            "stale_hash",
+            f"Approval{plural} {named}: the arguments are not the ones you saw; read the "
+            "current ones before deciding again. Nothing was decided.",
+        )
+        self.approvals = approvals
+
+
 @dataclass(frozen=True)
 class Seen:
     """An approval as its reviewer saw it (the API): the hash of its arguments, and any edit."""
@@ -153,17 +168,17 @@ def approvals_decide_seen(
     chosen = [found[pk] for pk in ids]
     if any(four_eyes_forbids(run=a.run, reviewer=reviewer, via=via) for a in chosen):
         raise four_eyes_refused("destructive steps")
+    stale = [
+        found[choice.approval_id]
+        for choice in seen
+        if found[choice.approval_id].decision == Approval.Decision.PENDING
+        and choice.args_sha256 != found[choice.approval_id].args_sha256
+    ]
+    if stale:
+        raise StaleArgs(stale)
     edited: dict[int, Mapping[str, Any]] = {}
     for choice in seen:
         approval = found[choice.approval_id]
-        if approval.decision == Approval.Decision.PENDING and (
-            choice.args_sha256 != approval.args_sha256
-        ):
-            raise ApprovalRefused(
-                "stale_hash",
-                f"Approval {approval.pk}: the arguments are not the ones you saw (their hash is "
-                f"{approval.args_sha256}); read them again. Nothing was decided.",
-            )
         if choice.args is not None:
             if not approve:
                 raise ApprovalRefused("edit_with_reject", "Edited arguments only go with approve.")

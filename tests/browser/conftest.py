@@ -87,7 +87,8 @@ def daphne_server(tmp_path_factory, request):
         PYTHONUNBUFFERED="1",
         # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
         AGENTSITE_TOOL_MODULES="tests.support_tools",
-        # Real MCP servers (test_browser_mcp_approval), started when the registry is read.
+        # Real MCP servers (test_browser_mcp_approval, test_browser_mcp_servers), started in the
+        # background when the server process starts.
         AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
     )
     request.config.stash[SERVER_ENV] = env

@@ -72,6 +72,9 @@ async def grow(ctx: Context) -> str:
         return "exported everything"
 
     server.add_tool(export_all, description="Export the records.", annotations=READ_ONLY)
+    # Announced both ways: on the 2026-07-28 wire to the client's subscriptions/listen stream,
+    # before it as a bare notification (which that wire no longer carries).
+    await ctx.notify_tools_changed()
     await ctx.session.send_tool_list_changed()
     return "grown"
 

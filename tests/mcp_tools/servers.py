@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # The official reference servers: the tests trust their annotations (readOnlyHint), as an
@@ -93,3 +93,45 @@ HOSTILE_SERVER = {
     "command": sys.executable,
     "args": [str(Path(__file__).with_name("hostile_server.py"))],
 }
+
+
+# A stdio server that does not answer until the test opens its FIFO for writing, then becomes
+# mcp-server-time (the initialize message waits in its stdin meanwhile): a server "starting"
+# for exactly as long as the test wants, with no clock involved.
+_HOLD_THEN_TIME = (
+    "import os, sys\n"
+    "with open(sys.argv[1]) as fifo: fifo.read()\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'mcp_server_time', '--local-timezone', 'UTC'])"
+)
+
+
+@contextlib.contextmanager
+def held_time_server(directory: Path) -> Iterator[tuple[dict, Callable[..., None]]]:
+    """The held server's settings and a release(); released at the end in any case."""
+    fifo = directory / "release"
+    os.mkfifo(fifo)
+    released = []
+
+    def release(*, wait: bool = True) -> None:
+        if released:
+            return
+        if wait:  # blocks until the server opens its end (it is being started)
+            writer = os.open(fifo, os.O_WRONLY)
+        else:  # at the end: a server that never started has no end to open
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                return
+        released.append(True)
+        os.write(writer, b"go")
+        os.close(writer)
+
+    config = {
+        "command": sys.executable,
+        "args": ["-c", _HOLD_THEN_TIME, str(fifo)],
+        "trust_annotations": True,
+    }
+    try:
+        yield config, release
+    finally:
+        release(wait=False)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from plans.mcp.tools import close_all, server_listings
+from plans.mcp.tools import close_all, server_listings, servers_start
 from plans.ui.charts import terminal_text
 
 
@@ -24,7 +24,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            listings = server_listings(start=not options["no_start"])
+            if not options["no_start"]:
+                servers_start(wait=True)
+            listings = server_listings(start=False)
         finally:
             close_all()
         if not listings:

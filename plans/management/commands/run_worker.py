@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from plans.journal.leases import leases_hand_over, leases_held
+from plans.mcp import mcp_servers_start
 from plans.notifications.dispatch import notifier_start
 from plans.runtime.sweeper import start_sweeper_thread, sweep_once, task_abandon
 from plans.runtime.worker import (
@@ -82,6 +83,7 @@ class Command(BaseCommand):
         )
         sweeper = None if options["no_sweeper"] else start_sweeper_thread()
         notifier_start()  # emails and webhooks for the events these workers commit
+        mcp_servers_start()  # in the background: the first run need not wait for them
         gc_tune_for_serving()
         logger.info(
             "worker process %s: %d threads, sweeper %s, database %s",
