@@ -736,6 +736,10 @@ class SpendRollup(models.Model):
     output_tokens = models.BigIntegerField(default=0, db_default=0)
     cache_read_tokens = models.BigIntegerField(default=0, db_default=0)
     cache_write_tokens = models.BigIntegerField(default=0, db_default=0)
+    # Priced apart (plans.llm.pricing): the part of the cache writes kept for an hour, and
+    # server-side web searches.
+    cache_write_1h_tokens = models.BigIntegerField(default=0, db_default=0)
+    web_search_requests = models.BigIntegerField(default=0, db_default=0)
     cost_usd = models.DecimalField(
         max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
     )

@@ -1,9 +1,10 @@
 """The mechanical check of an answer: are its [step N] citations real, and its figures sourced?
 
 A citation is valid when the step exists and succeeded. A figure (a number, a currency amount,
-a date) is supported when the same value appears in some step's result or in the arguments a
-step was actually called with (a person's answer or a reviewer's edit is a fact of the run);
-otherwise it is flagged. Pure Python: it reads plain outcomes, not database rows.
+a date) is supported when the same value appears in some step's result, in the arguments a
+step was actually called with (a person's answer or a reviewer's edit is a fact of the run), in
+a step's error, or is a step's number; otherwise it is flagged. Pure Python: it reads plain
+outcomes, not database rows.
 """
 
 from __future__ import annotations
@@ -117,10 +118,12 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def _known_values(outcomes: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Every figure in the steps' results and the arguments they were called with."""
+    """Every figure in the steps' results, the arguments they were called with and their
+    errors, and the steps' own numbers: "Step 3 failed: [Errno 111]" states facts of the run."""
     known: set[str] = set()
     for outcome in outcomes:
-        for value in (outcome.get("result"), outcome.get("args")):
+        _collect(outcome.get("id"), known)
+        for value in (outcome.get("result"), outcome.get("args"), outcome.get("error")):
             _collect(value, known)
     return known
 

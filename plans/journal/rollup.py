@@ -58,6 +58,8 @@ _KEYS: dict[type[Model], tuple[str, ...]] = {
 }
 _CENTS_E8 = Decimal("0.00000001")  # the places of a stored amount
 _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+# A model call's usage priced apart, summed per model (not kept on runs).
+_PRICED_APART = ("cache_write_1h_tokens", "web_search_requests")
 
 # Run fields the rollup depends on: a write setting any of them moves the run's share.
 RUN_ROLLUP_FIELDS = frozenset({"status", "cost_usd", "tools_used", *_TOKEN_FIELDS})
@@ -90,11 +92,15 @@ def model_calls_recorded(
         assert call.created_at is not None
         sums = totals.setdefault(
             (timezone.localdate(call.created_at), call.model),
-            {"calls": 0, "cost_usd": Decimal(0), **dict.fromkeys(_TOKEN_FIELDS, 0)},
+            {
+                "calls": 0,
+                "cost_usd": Decimal(0),
+                **dict.fromkeys((*_TOKEN_FIELDS, *_PRICED_APART), 0),
+            },
         )
         sums["calls"] += 0 if old else 1
         sums["cost_usd"] += call.cost_usd - (old.cost_usd if old else 0)
-        for name in _TOKEN_FIELDS:
+        for name in (*_TOKEN_FIELDS, *_PRICED_APART):
             sums[name] += getattr(call, name) - (getattr(old, name) if old else 0)
     for (day, model), increments in sorted(totals.items()):
         _add(SpendRollup, {"day": day, "model": model}, increments, author_of_run=run_id)
@@ -346,7 +352,9 @@ def _sources() -> dict[type[Model], Source]:
     run_key = {"day": "day", "author_id": "author"}
     tokens = {name: f"sum_{name}" for name in _TOKEN_FIELDS}
     return {
-        SpendRollup: _spend_source(run_key, tokens),
+        SpendRollup: _spend_source(
+            run_key, {**tokens, **{name: f"sum_{name}" for name in _PRICED_APART}}
+        ),
         RunRollup: (
             {
                 **run_key,

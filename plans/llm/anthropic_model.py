@@ -144,13 +144,14 @@ class AnthropicModel:
     ) -> Any:
         if on_text is None:
             return self.client.messages.create(**params)
+        streamed = _StreamedText(on_text)
         with self.client.messages.stream(**params) as stream:
             for event in stream:
                 # From message_start on, the reply is billed even if it breaks before any text.
                 shown.message = stream.current_message_snapshot
                 if event.type == "text":
                     shown.text = True
-                    on_text(event.text)
+                    streamed.delta(shown.message.content, event.text)
             return stream.get_final_message()
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -199,6 +200,33 @@ def message_text(message: Any) -> str:
             text += block.text
         previous = block
     return text
+
+
+class _StreamedText:
+    """Text deltas passed on as message_text joins their blocks: a blank line where a new,
+    separate text block begins, so the live answer reads as the stored one."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self.on_text = on_text
+        self.block = -1  # index of the block being streamed
+        self.sent = False  # any text passed on yet
+        self.joining = False  # a separate block began: strip its leading whitespace
+
+    def delta(self, content: list[Any], text: str) -> None:
+        index = len(content) - 1  # blocks stream in order: the delta is the last one's
+        if index != self.block:
+            self.block = index
+            previous = content[index - 1] if index > 0 else None
+            self.joining = self.sent and not (_cited(content[index]) or _cited(previous))
+        if self.joining:
+            text = text.lstrip()
+            if not text:
+                return
+            text = "\n\n" + text
+            self.joining = False
+        if text:
+            self.sent = True
+            self.on_text(text)
 
 
 def _cited(block: Any) -> bool:

@@ -251,8 +251,17 @@ class RunAdvancer:
             decided=lambda: PlanRow.objects.filter(pk=plan_row.pk).exclude(decision="").exists(),
         )
 
-    def park(self, status: str, *, awaiting: Any, decided: Callable[[], bool]) -> bool:
+    def park(
+        self,
+        status: str,
+        *,
+        awaiting: Any,
+        decided: Callable[[], bool],
+        questions: list[dict[str, Any]] | None = None,
+    ) -> bool:
         """Release the run (in this status) to wait for a decision; False if one raced in.
+
+        questions names the awaited steps that wait for a person's answer, not a decision.
 
         decided() runs after the fenced update, which locks the run row: a decision either
         committed before it (and decided() sees it) or waits and then finds the run parked. A
@@ -263,7 +272,15 @@ class RunAdvancer:
             with transaction.atomic():
                 _, cancel_requested = append_events(
                     self.run.pk,
-                    [("run_parked", {"awaiting": awaiting})],
+                    [
+                        (
+                            "run_parked",
+                            {
+                                "awaiting": awaiting,
+                                **({"questions": questions} if questions else {}),
+                            },
+                        )
+                    ],
                     lease_token=self.lease.token,
                     run_fields={"status": status, "lease_token": None, "lease_expires_at": None},
                 )

@@ -7,10 +7,11 @@ import heapq
 import logging
 import queue
 import time
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from plans.engine import (
@@ -18,6 +19,7 @@ from plans.engine import (
     backoff_delay,
 )
 from plans.guards.circuits import circuit_record
+from plans.journal.events import append_events
 from plans.models import Step
 from plans.runtime import telemetry
 from plans.runtime.recorder import record_late_tool_call
@@ -58,20 +60,27 @@ class CallsInFlight(StepsState):
 
     def _record_late_directly(self, call: Call) -> None:
         """On the calling thread, outside the run's recorder (its lease may be gone): the
-        late outcome of a call given up on goes onto its ToolCall row, as a fact of record."""
+        late outcome of a call given up on goes onto its ToolCall row, as a fact of record,
+        with its event, so the run's page and audit show it too."""
         step_id = self.abandoned.get(call)
         attempt = self.overdue.get(call)
         if step_id is None or attempt is None:
             return
         outcome = call.result()
+        step = self.steps[step_id]
         try:
-            record_late_tool_call(
-                step_id=self.steps[step_id].pk,
-                attempt=attempt,
-                late_result=outcome.result,
-                late_error=outcome.error,
-                late_arrived_at=timezone.now(),
-            )
+            arrived_at = timezone.now()
+            with transaction.atomic():
+                record_late_tool_call(
+                    step_id=step.pk,
+                    attempt=attempt,
+                    late_result=outcome.result,
+                    late_error=outcome.error,
+                    late_arrived_at=arrived_at,
+                )
+                # Unfenced, as a person's decision is: the run's loop (and maybe its lease)
+                # has ended, and this is a fact about a call it made.
+                append_events(self.run.pk, [_late_event(step, attempt, outcome, arrived_at)])
         except Exception:
             logger.exception("the late outcome of %s could not be recorded", self.steps[step_id])
         finally:
@@ -123,13 +132,8 @@ class CallsInFlight(StepsState):
             late_error=outcome.error,
             late_arrived_at=arrived_at,
         )
-        payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "attempt": attempt}
-        payload["arrived_at"] = arrived_at.isoformat()
-        if outcome.error:
-            payload["error"] = outcome.error
-        else:
-            payload["result"] = outcome.result
-        self.recorder.event("tool_call_late", **payload)
+        kind, payload = _late_event(step, attempt, outcome, arrived_at)
+        self.recorder.event(kind, **payload)
 
     def _collect_late(self, call: Call) -> None:
         """A call the step no longer waits for came back: its outcome goes on its record."""
@@ -293,3 +297,16 @@ class CallsInFlight(StepsState):
         if flush_in is not None:
             candidates.append(flush_in)
         return max(0.0, min(candidates))
+
+
+def _late_event(
+    step: Step, attempt: int, outcome: ToolOutcome, arrived_at: datetime
+) -> tuple[str, dict[str, Any]]:
+    """The event of a timed-out call's outcome that arrived after all."""
+    payload: dict[str, Any] = {"step": step.step_id, "tool": step.tool, "attempt": attempt}
+    payload["arrived_at"] = arrived_at.isoformat()
+    if outcome.error:
+        payload["error"] = outcome.error
+    else:
+        payload["result"] = outcome.result
+    return ("tool_call_late", payload)

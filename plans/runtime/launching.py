@@ -98,7 +98,13 @@ class Launching(StepsState):
                     )
                 else:
                     result = blocked_result(step.tool, reason)
-                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+                self._finish_step(
+                    step,
+                    Outcome.BLOCKED,
+                    result=result,
+                    error=reason,
+                    changes_requested=step_id in self.changes_requested,
+                )
                 return
             if gate.verdict is not Verdict.APPROVED:
                 self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)
@@ -324,11 +330,17 @@ class Launching(StepsState):
         return bool(decided)
 
     def _park(self) -> bool:
-        """Release the run while it waits for reviewers; False if a decision raced in."""
+        """Release the run while it waits for reviewers or answers; False if one raced in."""
+        questions = [
+            {"step": step_id, "audience": str(args.get("audience") or "author")}
+            for step_id, args in sorted(self.awaiting.items())
+            if self.steps[step_id].tool == ASK_HUMAN
+        ]
         return self.advancer.park(
             Run.Status.AWAITING_APPROVAL,
             awaiting=sorted(self.awaiting),
             decided=lambda: bool(self._decided()),
+            questions=questions,
         )
 
 

@@ -43,6 +43,8 @@ class StepsExecution(Launching, CallsInFlight):
         self.run = advancer.run
         self.plan = plan
         self.steps = steps
+        # Steps a reviewer sent back for changes: declined, but not as a verdict.
+        self.changes_requested = {r.get("step") for r in plan_row.change_requests}
         self.scheduler = Scheduler(
             plan, run_dependants_of_failures=self.run.goal.run_dependants_of_failures
         )

@@ -48,7 +48,14 @@ class Advancer(Protocol):
 
     def cancel_recorded(self) -> bool: ...
 
-    def park(self, status: str, *, awaiting: Any, decided: Callable[[], bool]) -> bool: ...
+    def park(
+        self,
+        status: str,
+        *,
+        awaiting: Any,
+        decided: Callable[[], bool],
+        questions: list[dict[str, Any]] | None = None,
+    ) -> bool: ...
 
 
 class StepsState:
@@ -79,6 +86,7 @@ class StepsState:
     reusable: dict[str, tuple[Any, str]]
     destructive_keys: dict[str, int]
     declined: dict[str, str]
+    changes_requested: set[int | None]  # step ids a reviewer sent back for changes
     past_effects: list[PastEffect]
     held_keys: set[str]
     carried: set[int]
@@ -145,6 +153,7 @@ class StepsState:
         result: Any = None,
         error: str = "",
         reused_from: str = "",
+        changes_requested: bool = False,
     ) -> None:
         step.status = outcome.value
         step.result = result
@@ -160,6 +169,8 @@ class StepsState:
             payload["duration_ms"] = round(step.duration_s * 1000, 3)
         if reused_from:
             payload["reused_from"] = reused_from
+        if changes_requested:  # declined by a request for changes, not a verdict
+            payload["changes_requested"] = True
         if outcome is Outcome.SUCCEEDED:
             payload["result"] = result
             if self.pure_started.get(step.step_id, -1) == self.effects:
@@ -177,6 +188,8 @@ class StepsState:
             telemetry.observer.step_finished(self.run, step)
         self._round_progress(step.round)
         for skipped_id, reason in self.scheduler.finish(step.step_id, outcome):
+            if changes_requested:
+                reason = f"skipped: depends on step {step.step_id}, sent back for changes"
             self._skip(self.steps[skipped_id], reason, step.finished_at)
 
     def _skip(self, step: Step, reason: str, finished_at: datetime) -> None:

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from plans.models import (
     ApprovalRollup,
+    EvalResult,
     PlannedToolRollup,
     RunRollup,
     SpendRollup,
@@ -64,11 +65,18 @@ class CostReport:
     budget_exhaustion: Rate
     runs: int = 0
     generated_at: datetime | None = None
+    # Priced apart from the other tokens (plans.llm.pricing), so shown apart.
+    cache_write_1h_tokens: int = 0
+    web_search_requests: int = 0
+    # The eval judge's calls belong to no run, so they are not in total_usd.
+    judge_usd: Decimal = Decimal(0)
+    judged: int = 0
 
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
     """Spend and health over the last `days` days (today included), read from the rollup
-    (plans.journal.rollup): nine queries over a few rows per day, whatever the run count."""
+    (plans.journal.rollup): nine queries over a few rows per day, whatever the run count, and
+    one over the window's eval results for the judge's spend."""
     now = now or timezone.now()
     today = timezone.localdate(now)
     first_day = today - timedelta(days=days - 1)
@@ -84,6 +92,7 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         row["cost"] = _usd(row["cost"])
         row["share"] = float(row["cost"] / total) if total else 0.0
     by_tool = _by_tool(first_day)
+    judge_usd, judged = _judge_spend(since)
 
     run_counts = runs.aggregate(
         total=Sum("runs"),
@@ -113,7 +122,24 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         budget_exhaustion=Rate(run_counts["exhausted"] or 0, run_counts["finished"] or 0),
         runs=run_counts["total"] or 0,
         generated_at=now,
+        cache_write_1h_tokens=sum(row["cache_write_1h_tokens"] or 0 for row in by_model),
+        web_search_requests=sum(row["web_search_requests"] or 0 for row in by_model),
+        judge_usd=judge_usd,
+        judged=judged,
     )
+
+
+def _judge_spend(since: datetime) -> tuple[Decimal, int]:
+    """What the eval judge cost for experiments started in the window, and answers judged."""
+    verdicts = EvalResult.objects.filter(
+        experiment__created_at__gte=since, judge__isnull=False
+    ).values_list("judge", flat=True)
+    total, judged = Decimal(0), 0
+    for verdict in verdicts:
+        if isinstance(verdict, dict) and "cost_usd" in verdict:
+            total += Decimal(str(verdict["cost_usd"]))
+            judged += 1
+    return _usd(total), judged
 
 
 def _daily(spend: QuerySet[SpendRollup], first_day: date, days: int) -> list[dict[str, Any]]:
@@ -139,6 +165,8 @@ def _by_model(spend: QuerySet[SpendRollup]) -> list[dict[str, Any]]:
             output_tokens=Sum("output_tokens"),
             cache_read_tokens=Sum("cache_read_tokens"),
             cache_write_tokens=Sum("cache_write_tokens"),
+            cache_write_1h_tokens=Sum("cache_write_1h_tokens"),
+            web_search_requests=Sum("web_search_requests"),
             cost=Sum("cost_usd"),
         )
         .filter(calls__gt=0)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 
 from plans.bulk import rows_where
-from plans.models import Approval, Plan, Run, Step, ToolCall
+from plans.models import Approval, HumanQuestion, Plan, Run, Step, ToolCall
 
 
 def plan_current(run: Run) -> Plan | None:
@@ -51,8 +51,21 @@ def step_approvals(step: Step) -> list[Approval]:
     return list(step.approvals.select_related("reviewer"))
 
 
+def step_question(step: Step) -> HumanQuestion | None:
+    """The question an ask_human step asked, with who answered it (None for other steps)."""
+    return HumanQuestion.objects.filter(step=step).select_related("answered_by").first()
+
+
 def step_calls(step: Step) -> list[ToolCall]:
     return list(step.tool_calls.order_by("attempt"))
+
+
+def run_priced_apart(run: Run) -> dict[str, int]:
+    """The run's model usage priced apart from its tokens: one-hour cache writes, web searches."""
+    sums = run.model_calls.aggregate(
+        cache_write_1h=Sum("cache_write_1h_tokens"), web_searches=Sum("web_search_requests")
+    )
+    return {name: value or 0 for name, value in sums.items()}
 
 
 def run_approval_counts(run: Run) -> dict[str, int]:

@@ -13,12 +13,25 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
-from django.db.models import Count, Exists, F, Func, IntegerField, OuterRef, Q, QuerySet
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from plans.journal.events import event_message
 from plans.models import Goal, Run, RunEvent, Step
 from plans.roles import may_decide
+from plans.tools.human import ASK_HUMAN
 
 # --- who sees what: the one rule ---------------------------------------------------------
 
@@ -46,6 +59,19 @@ def runs_visible_to(user: User | AnonymousUser) -> QuerySet[Run]:
 def run_visible_get(*, user: User | AnonymousUser, run_id: int) -> Run | None:
     """The run, if it exists and the user may see it (whether it exists is not told apart)."""
     return runs_visible_to(user).filter(pk=run_id).first()
+
+
+DERIVED_SHOWN = 20
+
+
+def runs_derived(*, run: Run, user: User | AnonymousUser) -> list[Run]:
+    """The forks and re-runs of this run the user may see, oldest first (at most
+    DERIVED_SHOWN + 1, so a page can tell there are more)."""
+    rule = run_visibility(user)
+    if rule is None:
+        return []
+    runs = Run.objects.filter(rule, origin=run).order_by("pk")
+    return list(runs.only("pk", "origin_kind", "origin_plan_version")[: DERIVED_SHOWN + 1])
 
 
 def run_get(run_id: int) -> Run:
@@ -337,38 +363,65 @@ def start_of_day(day: date) -> datetime:
 
 # --- progress ------------------------------------------------------------------------------
 
-_DONE = frozenset({"succeeded", "failed", "skipped", "blocked"})
+# An ask_human step waiting for a person's answer: stored as awaiting_approval, but what it
+# waits for is an answer, not a decision.
+AWAITING_ANSWER = "awaiting_answer"
+
+
+def progress_status(status: str, tool: str) -> str:
+    """A step's status as progress counts it: a question's wait is its own."""
+    if tool == ASK_HUMAN and status == Step.Status.AWAITING_APPROVAL:
+        return AWAITING_ANSWER
+    return status
 
 
 @dataclass(frozen=True)
 class StepProgress:
-    """How far a run's current plan has got: steps done, waiting for a reviewer, running."""
+    """How far a run's current plan has got: steps done (succeeded), how the others ended, and
+    what they wait for."""
 
     total: int = 0
     done: int = 0
+    failed: int = 0
+    not_approved: int = 0
+    skipped: int = 0
     waiting: int = 0
+    answers: int = 0
     running: int = 0
 
     @classmethod
     def of(cls, statuses: dict[str, int]) -> StepProgress:
-        """From a count of steps per status."""
+        """From a count of steps per status (progress_status: a question's wait counts apart)."""
         return cls(
             total=sum(statuses.values()),
-            done=sum(count for status, count in statuses.items() if status in _DONE),
+            done=statuses.get("succeeded", 0),
+            failed=statuses.get("failed", 0),
+            not_approved=statuses.get("blocked", 0),
+            skipped=statuses.get("skipped", 0),
             waiting=statuses.get("awaiting_approval", 0),
+            answers=statuses.get(AWAITING_ANSWER, 0),
             running=statuses.get("running", 0),
         )
 
     @property
     def text(self) -> str:
-        """ "3 of 5 steps done, 2 waiting for a reviewer" (empty without steps)."""
+        """ "1 of 3 steps done, 1 not approved, 1 skipped" (empty without steps).
+
+        Done means succeeded: a run that ended blocked never reads "3 of 3 steps done".
+        """
         if not self.total:
             return ""
         parts = [f"{self.done} of {self.total} step{'s' if self.total != 1 else ''} done"]
-        if self.waiting:
-            parts.append(f"{self.waiting} waiting for a reviewer")
-        if self.running:
-            parts.append(f"{self.running} running")
+        for count, words in (
+            (self.failed, "failed"),
+            (self.not_approved, "not approved"),
+            (self.skipped, "skipped"),
+            (self.waiting, "waiting for a reviewer"),
+            (self.answers, "waiting for an answer"),
+            (self.running, "running"),
+        ):
+            if count:
+                parts.append(f"{count} {words}")
         return ", ".join(parts)
 
 
@@ -376,7 +429,17 @@ def runs_progress(run_ids: list[int]) -> dict[int, StepProgress]:
     """Each run's progress through its latest valid plan, in one query."""
     rows = (
         Step.objects.filter(plan__run_id__in=run_ids, plan__is_valid=True)
-        .values("plan__run_id", "plan__version", "status")
+        .annotate(
+            state=Case(
+                When(
+                    tool=ASK_HUMAN,
+                    status=Step.Status.AWAITING_APPROVAL,
+                    then=Value(AWAITING_ANSWER),
+                ),
+                default=F("status"),
+            )
+        )
+        .values("plan__run_id", "plan__version", "state")
         .annotate(count=Count("pk"))
     )
     latest: dict[int, int] = {}
@@ -387,5 +450,5 @@ def runs_progress(run_ids: list[int]) -> dict[int, StepProgress]:
             latest[run_id] = version
             counts[run_id] = {}
         if version == latest[run_id]:
-            counts[run_id][row["status"]] = row["count"]
+            counts[run_id][row["state"]] = row["count"]
     return {run_id: StepProgress.of(statuses) for run_id, statuses in counts.items()}

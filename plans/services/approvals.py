@@ -103,8 +103,10 @@ def approvals_decide(
     edited_args: Mapping[int, Mapping[str, Any]] | None = None,
     via: str = "web",
     resume: bool = True,
+    changes_requested: bool = False,
 ) -> list[Approval]:
-    """Decide several approvals together, all or nothing."""
+    """Decide several approvals together, all or nothing (changes_requested: declined by a
+    reviewer's request for changes, plans.services.changes)."""
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     reason = reason_clean(reason)
@@ -134,7 +136,13 @@ def approvals_decide(
             approval_decided(locked)
             append_events(
                 locked.run_id,
-                [decided_event(locked, decided_by=reviewer.get_username() if reviewer else via)],
+                [
+                    decided_event(
+                        locked,
+                        decided_by=reviewer.get_username() if reviewer else via,
+                        changes_requested=changes_requested,
+                    )
+                ],
             )
             if locked.run.status == Run.Status.AWAITING_APPROVAL:
                 runs_to_resume.add(locked.run_id)
@@ -238,11 +246,14 @@ def _duration(seconds: float) -> str:
     return f"{hours:g} h" if hours >= 1 else f"{seconds:g} s"
 
 
-def decided_event(approval: Approval, *, decided_by: str) -> tuple[str, dict[str, Any]]:
+def decided_event(
+    approval: Approval, *, decided_by: str, changes_requested: bool = False
+) -> tuple[str, dict[str, Any]]:
     """The run event recording a decision on an approval."""
     return (
         "approval_decided",
         {
+            **({"changes_requested": True} if changes_requested else {}),
             "approval": approval.pk,
             "step": approval.step.step_id,
             "tool": approval.tool,

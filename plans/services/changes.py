@@ -54,6 +54,7 @@ def changes_request(
             approve=False,
             reason=f"changes requested: {instructions}",
             resume=False,
+            changes_requested=True,
         )
         at = timezone.now().isoformat()
         for approval in decided:
@@ -115,6 +116,7 @@ def plan_changes_request(*, plan: Plan, reviewer: User | None, instructions: str
                         "decision": locked.decision,
                         "reviewer": reviewer.get_username(),
                         "reason": locked.decision_reason,
+                        "changes_requested": True,
                     },
                 ),
             ],

@@ -20,6 +20,7 @@ from plans.models import Plan, Run, Step
 from plans.services.plans import plan_check
 from plans.services.runs import GoalRejected, author_check, run_create, run_start
 from plans.tools import get_registry
+from plans.ui.charts import shown_json
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ def plan_json_of(plan: Plan) -> str:
         {"id": s.step_id, "tool": s.tool, "args": s.args, "depends_on": s.depends_on}
         for s in plan.steps.order_by("step_id")
     ]
-    return json.dumps({"steps": steps}, indent=2, ensure_ascii=False)
+    # Hidden characters as JSON's own \u escapes: the editor reads back the same plan, and a
+    # bidi control in an argument cannot make it read otherwise.
+    return shown_json({"steps": steps}, indent=2)
 
 
 def fork_preview(*, origin: Run, plan_text: str) -> ForkPreview:

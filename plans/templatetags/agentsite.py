@@ -13,6 +13,7 @@ from django.utils.timesince import timesince
 from plans.models import Run, RunEvent
 from plans.roles import four_eyes_forbids, may_decide
 from plans.selectors import approvals as approval_selectors
+from plans.selectors.runs import AWAITING_ANSWER, DERIVED_SHOWN, progress_status, runs_derived
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 from plans.ui.effects import effect_note as _effect_note
 
@@ -91,6 +92,22 @@ def effect_note(step: Any) -> str:
 def status_label(status: str) -> str:
     """A status as people write it: "awaiting_approval" -> "awaiting approval"."""
     return str(status).replace("_", " ")
+
+
+@register.filter
+def derived_runs(run: Run, viewer: Any) -> dict[str, Any]:
+    """The run's forks and re-runs the viewer may see: {"runs": [...], "more": bool}."""
+    if viewer is None or not getattr(viewer, "is_authenticated", False):
+        return {"runs": [], "more": False}
+    runs = runs_derived(run=run, user=viewer)
+    return {"runs": runs[:DERIVED_SHOWN], "more": len(runs) > DERIVED_SHOWN}
+
+
+@register.filter
+def step_status(step: Any) -> str:
+    """A step's status in words: a question (ask_human) waits for an answer, not an approval."""
+    status = progress_status(step.status, step.tool)
+    return "waiting for an answer" if status == AWAITING_ANSWER else status_label(status)
 
 
 _EVENT_KINDS = frozenset(RunEvent.Kind.values)

@@ -6,17 +6,19 @@ from typing import Any
 
 from django import template
 from django.urls import reverse
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from plans.models import Run
+from plans.templatetags.agentsite import shown
 
 register = template.Library()
 
 
 @register.filter
 def cited_answer(run: Run) -> SafeString:
-    """run.answer as HTML: every piece of its text escaped, the check's findings marked up."""
+    """run.answer as HTML: every piece of its text escaped with its hidden characters shown
+    (the |shown filter), the check's findings marked up."""
     answer = run.answer or ""
     check: dict[str, Any] = run.answer_check or {}
     marks: list[tuple[int, int, str]] = []
@@ -30,14 +32,14 @@ def cited_answer(run: Run) -> SafeString:
                 '<a class="citation" href="{}" hx-get="{}" hx-target="#step-panel">{}</a>',
                 url,
                 url,
-                text,
+                shown(text),
             )
         else:
             html = format_html(
                 '<span class="citation citation-invalid" title="{}">{}</span>'
                 '<span class="figure-warning" role="note"> (citation not valid: {})</span>',
                 citation["reason"],
-                text,
+                shown(text),
                 citation["reason"],
             )
         marks.append((start, end, html))
@@ -47,18 +49,18 @@ def cited_answer(run: Run) -> SafeString:
             '<mark class="unsupported-figure" title="{}">{}</mark>'
             '<span class="figure-warning" role="note"> (in no step result)</span>',
             "This figure appears in no step result",
-            answer[start:end],
+            shown(answer[start:end]),
         )
         marks.append((start, end, flagged))
     if any(end > len(answer) for _, end, _ in marks):
-        return escape(answer)  # the check was of another text: show the answer plainly
+        return shown(answer)  # the check was of another text: show the answer plainly
     pieces: list[str] = []
     at = 0
     for start, end, html in sorted(marks):
         if start < at:
             continue  # overlapping findings: the first one wins
-        pieces.append(escape(answer[at:start]))
+        pieces.append(shown(answer[at:start]))
         pieces.append(html)
         at = end
-    pieces.append(escape(answer[at:]))
+    pieces.append(shown(answer[at:]))
     return mark_safe("".join(pieces))  # noqa: S308  every piece was escaped above

@@ -17,11 +17,14 @@ from plans.selectors.plans import (
     plan_shown,
     plan_steps_list,
     run_approval_counts,
+    run_priced_apart,
     step_approvals,
     step_calls,
     step_inputs,
+    step_question,
 )
-from plans.selectors.runs import StepProgress, run_events_after, run_get
+from plans.selectors.runs import StepProgress, progress_status, run_events_after, run_get
+from plans.tools.human import ASK_HUMAN
 from plans.ui.graphs import STATUS_COLOURS, plan_svg
 
 # Events after which the whole plan section (graph, steps, problems) is re-rendered.
@@ -145,16 +148,28 @@ def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
 
 def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
     approvals = run_approval_counts(run)
+    progress = StepProgress.of(Counter(progress_status(step.status, step.tool) for step in steps))
     return {
         "tokens": run.total_tokens,
         "cost_usd": run.cost_usd,
         "model_calls": run.model_call_count,
-        "round": run.round_count,
+        **run_priced_apart(run),
+        # Of the plan shown: a replanned version that has not started is at no round yet,
+        # whatever rounds an earlier version reached.
+        "round": max((s.round for s in steps if s.status != Step.Status.PENDING), default=0),
         "rounds": max((s.round for s in steps), default=0),
         "approvals_requested": approvals["requested"],
         "approvals_decided": approvals["decided"],
-        "progress": StepProgress.of(Counter(step.status for step in steps)),
+        "progress": progress,
+        "status_text": _status_text(run, progress),
     }
+
+
+def _status_text(run: Run, progress: StepProgress) -> str:
+    """The run's status in words: a run that waits only for a person's answer says so."""
+    if run.status == Run.Status.AWAITING_APPROVAL and progress.answers and not progress.waiting:
+        return "waiting for an answer"
+    return run.status.replace("_", " ")
 
 
 def step_panel_context(step: Step) -> dict[str, Any]:
@@ -163,6 +178,7 @@ def step_panel_context(step: Step) -> dict[str, Any]:
         "selected_inputs": step_inputs(step),
         "selected_approvals": step_approvals(step),
         "selected_calls": step_calls(step),
+        "selected_question": step_question(step) if step.tool == ASK_HUMAN else None,
     }
 
 

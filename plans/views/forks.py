@@ -15,15 +15,29 @@ from plans.views.params import SignedInRequest, visible_run_or_404
 from plans.views.refusals import refusal_status
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_again(request: SignedInRequest, run_id: int) -> HttpResponse:
-    """The same goal, planned afresh, as a new run."""
+    """GET: what running the goal again would repeat (the fork page's preview of the origin's
+    last plan); POST: the same goal, planned afresh, as a new run."""
     origin = visible_run_or_404(request, run_id)
-    try:
-        run = run_rerun(origin=origin, author=request.user)
-    except GoalRejected as refused:
-        return HttpResponse(str(refused), status=refusal_status(refused))
-    return redirect("plans:run_detail", run_id=run.pk)
+    error, status = "", 200
+    if request.method == "POST":
+        try:
+            run = run_rerun(origin=origin, author=request.user)
+        except GoalRejected as refused:
+            error, status = str(refused), refusal_status(refused)
+        else:
+            return redirect("plans:run_detail", run_id=run.pk)
+    plans = plans_valid(origin)
+    last = plans[-1] if plans else None
+    context = {
+        "run": origin,
+        "last_plan": last,
+        "preview": fork_preview(origin=origin, plan_text=plan_json_of(last)) if last else None,
+        "error": error,
+        "may_submit": may_submit_goals(request.user),
+    }
+    return render(request, "plans/run_again.html", context, status=status)
 
 
 @require_http_methods(["GET", "POST"])

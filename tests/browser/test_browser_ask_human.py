@@ -19,7 +19,7 @@ def test_the_author_answers_the_runs_question_and_the_run_finishes_using_the_ans
     expect(author).to_have_url(re.compile(r"/runs/\d+/$"))
     run_id = re.search(r"/runs/(\d+)/", author.url).group(1)
     run_page = author.url
-    expect(author.locator("#run-status")).to_have_text("awaiting approval")
+    expect(author.locator("#run-status")).to_have_text("waiting for an answer")
 
     author.get_by_role("link", name=re.compile("Approvals")).first.click()
     card = author.locator(".question-card").filter(has_text=f"Run #{run_id}")

@@ -387,3 +387,23 @@ def test_one_hour_cache_writes_and_server_tool_use_are_read_from_the_usage():
 
     assert (usage.cache_write_tokens, usage.cache_write_1h_tokens) == (1500, 1000)
     assert (usage.web_search_requests, usage.web_fetch_requests) == (2, 1)
+
+
+def test_a_streamed_answer_puts_the_blank_line_between_text_blocks_the_stored_one_has():
+    events = stream_events(["The total is"], input_usage={"input_tokens": 9}, output_tokens=6)
+    second = [
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "text_delta", "text": "  92,800 INR"},
+        },
+        {"type": "content_block_stop", "index": 1},
+    ]
+    server = Server(sse(*events[:4], *second, *events[4:]))
+    received = []
+
+    completion = model_for(server).complete(answer(), on_text=received.append)
+
+    assert completion.text == "The total is\n\n92,800 INR"
+    assert "".join(received) == completion.text

@@ -158,3 +158,24 @@ def test_the_event_summarises_a_long_answers_check_and_the_run_keeps_every_span(
     assert summary["citations_invalid"][0] == {"step": 1001, "reason": "there is no step 1001"}
     assert summary["figures_unsupported"] == len(check.unsupported) > 0
     assert summary["ok"] is False
+
+
+def test_step_numbers_and_figures_of_a_step_error_are_facts_of_the_run():
+    outcomes = [
+        {"id": 1, "status": "succeeded", "args": {"order_id": "A-1001"}, "result": 2499},
+        {
+            "id": 3,
+            "status": "failed",
+            "args": {"to": "x@example.com"},
+            "result": None,
+            "error": "[Errno 111] Connection refused",
+        },
+    ]
+    check = answer_check(
+        "Step 3 (send_email) failed: [Errno 111] Connection refused. The total was 2499 [step 1].",
+        outcomes,
+    )
+    assert check.unsupported == [] and check.ok
+    # A figure that is in no result, argument or error is still flagged.
+    flagged = answer_check("Step 3 (send_email) failed after 112 tries.", outcomes)
+    assert [f.text for f in flagged.unsupported] == ["112"]

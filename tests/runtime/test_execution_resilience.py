@@ -244,3 +244,26 @@ def test_a_timed_out_call_that_answers_after_the_run_ended_is_still_put_on_recor
             break
         time.sleep(0.01)
     assert call.late_result == "late" and call.late_arrived_at > call.started_at
+
+
+def test_a_reply_after_the_run_ended_gets_its_event_and_the_run_page_shows_it(author, client):
+    import time
+
+    run, steps = run_steps(author, [{"id": 1, "tool": "hang", "args": {"label": "late \u202e"}}])
+    assert run.status == "failed"
+    ended_at_seq = RunEvent.objects.filter(run=run).order_by("-seq").first().seq
+
+    support_tools.hang_release.set()  # the abandoned call returns after the run's loop ended
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the row and its event commit together
+        late = RunEvent.objects.filter(run=run, kind="tool_call_late").first()
+        if late is not None:
+            break
+        time.sleep(0.01)
+    assert late is not None, "the late reply has no event"
+    assert late.seq == ended_at_seq + 1
+    assert late.payload["step"] == 1 and late.payload["result"] == "late \u202e"
+    assert ToolCall.objects.get(step=steps[1]).late_result == "late \u202e"
+    client.force_login(author)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "A late outcome for step 1" in page

@@ -1,4 +1,5 @@
-"""Progress in the run header and on the runs list: steps done, waiting for a reviewer."""
+"""Progress in the run header and on the runs list: steps done, how the others ended, and
+what they wait for (a reviewer, or a person's answer)."""
 
 import pytest
 
@@ -16,12 +17,18 @@ from tests.engine.engine_catalog import SEED_PLAN
         ({"pending": 1}, "0 of 1 step done"),
         (
             {"succeeded": 2, "failed": 1, "awaiting_approval": 2},
-            "3 of 5 steps done, 2 waiting for a reviewer",
+            "2 of 5 steps done, 1 failed, 2 waiting for a reviewer",
         ),
         (
             {"succeeded": 1, "running": 2, "skipped": 1, "blocked": 1},
-            "3 of 5 steps done, 2 running",
+            "1 of 5 steps done, 1 not approved, 1 skipped, 2 running",
         ),
+        # A finished run with a rejected step never reads "3 of 3 steps done".
+        (
+            {"succeeded": 1, "blocked": 1, "skipped": 1},
+            "1 of 3 steps done, 1 not approved, 1 skipped",
+        ),
+        ({"succeeded": 1, "awaiting_answer": 1}, "1 of 2 steps done, 1 waiting for an answer"),
     ],
 )
 def test_progress_reads_as_a_sentence(statuses, text):

@@ -121,3 +121,62 @@ def test_someone_who_cannot_see_the_run_cannot_fork_it(author_role, reviewer, ou
     client.force_login(outsider)
     assert client.get(reverse("plans:run_fork", args=[origin.pk])).status_code == 404
     assert client.post(reverse("plans:run_again", args=[origin.pk])).status_code == 404
+
+
+def test_the_origins_page_and_audit_list_its_forks_and_re_runs(author_role, reviewer, client):
+    origin = finished_refund(author_role, reviewer)
+    fork = run_fork(
+        origin=origin,
+        author=author_role,
+        plan_text=plan_json_of(Plan.objects.get(run=origin)),
+        version=1,
+    )
+    again = run_rerun(origin=origin, author=author_role)
+    client.force_login(author_role)
+
+    for url in (f"/runs/{origin.pk}/", f"/runs/{origin.pk}/audit/"):
+        page = client.get(url).content.decode()
+        lineage = page[page.index('id="lineage-derived"') :][:600]
+        assert f'forked as <a href="/runs/{fork.pk}/">run #{fork.pk}</a> (plan v1)' in lineage
+        assert f're-run as <a href="/runs/{again.pk}/">run #{again.pk}</a>' in lineage
+    # The fork's own page still names its origin, and lists nothing derived from it.
+    page = client.get(f"/runs/{fork.pk}/").content.decode()
+    assert f'forked from <a href="/runs/{origin.pk}/">run #{origin.pk}</a>' in page
+    assert 'id="lineage-derived"' not in page
+
+
+def test_a_derived_run_someone_may_not_see_is_not_listed(
+    author_role, other_author, reviewer, client
+):
+    origin = finished_refund(author_role, reviewer)
+    other_author.user_permissions.add(*author_role.user_permissions.all())
+    other = type(other_author).objects.get(pk=other_author.pk)
+    theirs = run_rerun(origin=origin, author=other)
+    client.force_login(author_role)
+
+    page = client.get(f"/runs/{origin.pk}/").content.decode()
+
+    assert f"run #{theirs.pk}</a>" not in page
+
+
+def test_run_again_shows_the_effects_it_would_repeat_before_it_starts(
+    author_role, reviewer, client
+):
+    origin = finished_refund(author_role, reviewer)
+    client.force_login(author_role)
+    runs_before = Run.objects.count()
+
+    page = client.get(reverse("plans:run_again", args=[origin.pk])).content.decode()
+
+    assert Run.objects.count() == runs_before  # nothing started by looking
+    assert "What it would likely repeat" in page
+    refund = page[page.index('id="preview-step-2"') :].split("</tr>")[0]
+    assert "issue_refund" in refund and f"it would repeat an effect of run #{origin.pk}" in refund
+    assert 'id="run-again-form"' in page and 'method="post"' in page
+    response = client.post(reverse("plans:run_again", args=[origin.pk]))
+    again = Run.objects.get(origin=origin)
+    assert response.status_code == 302 and response["Location"] == f"/runs/{again.pk}/"
+    assert again.origin_kind == Run.Origin.RERUN
+    # The run page's button opens the preview; it no longer starts a run by itself.
+    detail = client.get(f"/runs/{origin.pk}/").content.decode()
+    assert f'href="/runs/{origin.pk}/again/">Run again</a>' in detail

@@ -115,3 +115,31 @@ def test_a_spoofing_goal_is_spelled_out_on_the_run_page_list_inbox_and_audit(
     for path, page in zip([*pages, "/approvals/"], shown, strict=True):
         assert "\u202e" not in page, path
         assert "\u27e8U+202E\u27e9</mark>gnp.exe" in page, path
+
+
+def test_the_answer_question_cards_fork_page_and_replan_requests_show_hidden_characters(
+    author, reviewer, client, settings
+):
+    from plans.llm.offline import CONFIRMED_REFUND_GOAL
+    from plans.models import Run
+    from plans.templatetags.citations import cited_answer
+
+    settings.AGENTSITE_MODEL_BACKEND = "offline"
+    spoof_goal = CONFIRMED_REFUND_GOAL + " \u202egnp.exe"
+    run = run_create(author=author, goal_text=spoof_goal)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL  # the question waits
+    client.force_login(author)
+
+    inbox = client.get("/approvals/").content.decode()
+    card = inbox[inbox.index('class="card decision-group question-card"') :].split("</form>")[0]
+    fork = client.get(f"/runs/{run.pk}/fork/").content.decode()
+    lede = fork[fork.index('<p class="lede">') :].split("</p>")[0]
+    run.answer = "Paid \u202egnp.exe [step 1], total 92800."
+    run.answer_check = None
+    answer = str(cited_answer(run))
+
+    for where, html in (("question card", card), ("fork page", lede), ("answer", answer)):
+        assert "\u202e" not in html, f"the {where} shows U+202E raw"
+        assert "\u27e8U+202E\u27e9" in html, f"the {where} hides U+202E"

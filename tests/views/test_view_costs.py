@@ -262,3 +262,69 @@ def test_the_health_page_shows_each_tools_circuit_breaker_state(client, operator
 
     assert "flight_price" in page and "breaker-open" in page
     assert "<script>alert(1)</script>" not in page
+
+
+def test_one_hour_cache_writes_and_web_searches_are_broken_out_by_model_and_in_total(
+    client, author, operator
+):
+    from plans.journal.rollup import model_calls_recorded, rollup_drift
+
+    run = make_run(author)
+    call = ModelCall(
+        run=run,
+        purpose="answer",
+        model="claude-sonnet-5-5",
+        input_tokens=100,
+        output_tokens=10,
+        cache_write_tokens=1200,
+        cache_write_1h_tokens=800,
+        web_search_requests=3,
+        prices={},
+        cost_usd=Decimal("0.05"),
+        latency_ms=100,
+    )
+    call.save()
+    model_calls_recorded(run.pk, [call])  # as the recorder keeps the rollup current
+    # A rebuild from the calls agrees (the run itself was written around the rollup).
+    assert [d for d in rollup_drift() if d.startswith("SpendRollup")] == []
+    client.force_login(operator)
+
+    page = client.get(URL).content.decode()
+
+    models = section(page, "models-heading")
+    assert re.search(r'<div class="cache-written">1,200 <span class="muted">written', models)
+    assert re.search(r'<div class="cache-1h">800 <span class="muted">of them kept 1 h', models)
+    assert '<td class="num web-searches">3</td>' in models
+    assert re.search(r"Cache writes kept 1 h</dt><dd>800", page)
+    assert re.search(r"Web searches</dt><dd>3</dd>", page)
+
+
+def test_the_eval_judges_spend_is_on_the_costs_page_apart_from_model_spend(client, operator):
+    from plans.models import EvalResult, Experiment
+
+    experiment = Experiment.objects.create(
+        label="judged",
+        agent="plan_execute",
+        model="offline",
+        prompt_version="abc",
+        cases_file="planner.json",
+        cases_version="1",
+    )
+    for case_id, cost in (("a", "0.0125"), ("b", "0.0075")):
+        EvalResult.objects.create(
+            experiment=experiment,
+            case_id=case_id,
+            category="demo",
+            passed=True,
+            judge={"verdict": "pass", "model": "claude-sonnet-5-5", "cost_usd": cost},
+        )
+    EvalResult.objects.create(  # a judge that could not answer cost nothing on record
+        experiment=experiment, case_id="c", category="demo", passed=True, judge={"error": "x"}
+    )
+    client.force_login(operator)
+
+    page = costs_page(client)
+
+    judge = re.search(r'<div id="judge-spend">.*?</div>', page, re.S).group(0)
+    assert "$0.020000" in judge and "2 answers judged" in judge
+    assert re.search(r"Model spend</dt><dd>\$0.000000", page)

@@ -255,3 +255,121 @@ def test_a_long_result_is_folded_after_a_few_lines_with_a_show_all():
     assert 'id="fold-result-3"' in long and "Show all (24 lines)" in long
     assert "Show all (1,002 characters)" in wide
     assert short.startswith('<pre class="json">') and "fold" not in short
+
+
+def _text(html):
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'")
+
+
+def _part(page, start, end):
+    at = page.index(start)
+    return page[at : page.index(end, at)]
+
+
+def test_a_question_reads_as_a_question_and_who_answered_shows_in_the_step_panel(author, client):
+    from plans.llm.offline import CONFIRMED_REFUND_GOAL
+    from plans.models import HumanQuestion
+    from plans.services.questions import question_answer
+
+    run = finished_run(author, CONFIRMED_REFUND_GOAL)
+    client.force_login(author)
+
+    page = page_of(client, run)
+
+    assert _text(_part(page, '<span id="run-status"', "</span>")).strip() == "waiting for an answer"
+    assert "waiting for an answer" in _text(_part(page, 'id="step-row-2"', "</tr>"))
+    assert "awaiting approval" not in _text(_part(page, 'id="step-row-2"', "</tr>"))
+    assert "1 waiting for an answer" in _text(_part(page, '<span id="run-progress"', "</span>"))
+    timeline = _text(_part(page, 'id="timeline"', "</ol>"))
+    assert "Step 2 asks the run's author a question:" in timeline
+    assert "Waiting for an answer from the run's author (step 2)" in timeline
+    assert "Waiting for a decision" not in timeline
+
+    question_answer(question=HumanQuestion.objects.get(run=run), user=author, answer="500")
+    panel = client.get(reverse("plans:step_detail", args=[run.pk, 2])).content.decode()
+    facts = _text(_part(panel, 'class="facts step-question"', "</dl>"))
+    assert "Answered by alice" in facts and "Answer “500”" in facts
+
+
+def test_a_question_for_reviewers_names_them_in_good_english(author, client):
+    plan = {
+        "steps": [
+            {"id": 1, "tool": "ask_human", "args": {"question": "Go?", "audience": "reviewers"}}
+        ]
+    }
+    run = finished_run(author, "Ask the reviewers", plan_data=plan)
+    client.force_login(author)
+
+    timeline = _text(_part(page_of(client, run), 'id="timeline"', "</ol>"))
+
+    assert "asks a reviewer a question" in timeline and "a reviewers" not in timeline
+    assert "Waiting for an answer from a reviewer (step 1)" in timeline
+
+
+def test_after_a_request_for_changes_the_totals_and_timeline_say_what_happened(
+    author, reviewer, client
+):
+    from plans.models import Approval
+    from plans.services.changes import changes_request
+
+    run = finished_run(author, REFUND_GOAL)
+    refund = Approval.objects.get(run=run, tool="issue_refund")
+    changes_request(approvals=[refund], reviewer=reviewer, instructions="refund 500")
+    client.force_login(author)
+
+    page = page_of(client, run)
+
+    totals = _text(_part(page, 'id="run-totals"', "</dl>"))
+    assert "Round not started · 3 planned in plan v2" in totals
+    assert "Round 3" not in totals
+    timeline = _text(_part(page, 'id="timeline"', "</ol>"))
+    assert "bob asked for changes to step 2 issue_refund instead of approving it" in timeline
+    assert "set aside for the requested changes" in timeline
+    assert "sent back for changes" in timeline
+    assert "rejected" not in timeline and "blocked" not in timeline
+
+
+def test_a_finished_run_with_a_rejected_step_does_not_read_as_all_done(author, reviewer, client):
+    from plans.models import Approval
+    from plans.services.approvals import approval_decide
+
+    run = finished_run(author, REFUND_GOAL)
+    approval_decide(
+        approval=Approval.objects.get(run=run, tool="issue_refund"),
+        reviewer=reviewer,
+        approve=False,
+        reason="no",
+    )
+    client.force_login(author)
+
+    page = page_of(client, run)
+
+    assert _text(_part(page, '<span id="run-status"', "</span>")).strip() == "blocked"
+    progress = _text(_part(page, '<span id="run-progress"', "</span>"))
+    assert progress.strip() == "1 of 3 steps done, 1 not approved, 1 skipped"
+
+
+def test_run_totals_break_out_one_hour_cache_writes_and_web_searches(author, client):
+    from decimal import Decimal
+
+    from plans.models import ModelCall
+
+    run = finished_run(author)
+    client.force_login(author)
+    assert 'id="totals-web-searches"' not in page_of(client, run)  # none made: none shown
+    ModelCall.objects.create(
+        run=run,
+        purpose="answer",
+        model="claude-sonnet-5-5",
+        cache_write_tokens=2000,
+        cache_write_1h_tokens=1500,
+        web_search_requests=2,
+        prices={},
+        cost_usd=Decimal("0.03"),
+        latency_ms=10,
+    )
+
+    totals = _text(_part(page_of(client, run), 'id="run-totals"', "</dl>"))
+
+    assert "Cache writes kept 1 h 1,500 tokens" in totals
+    assert "Web searches 2" in totals
