@@ -661,6 +661,151 @@ def section_enqueue(var_dir: str, count: int) -> None:
     print("target: enqueue to start p50 <= 20 ms\n")
 
 
+PROCESS_COUNTS = (0, 1, 2, 4)  # 0: the embedded default, worker threads in `serve` itself
+
+
+def section_processes(var_dir: str, count: int, rounds: int) -> None:
+    """A burst of `count` 5-step runs through a real `manage.py serve`: its workers in the web
+    process (the embedded default), then in 1, 2 and 4 worker processes beside it
+    (`--worker-processes N`, each with the default worker slots), alternating in ABBA order."""
+    from django.db import connection
+
+    print(
+        f"{count} 5-step diamond runs at once (tools 50 ms, answer model {MODEL_LATENCY_MS} ms) "
+        f"through `serve`, {connection.vendor}, {DEFAULT_WORKERS} worker slots a process, "
+        f"median of {rounds} rounds"
+    )
+    print(
+        f"{'worker processes':<30}{'runs/s':>8}{'start delay p50':>17}{'p95':>8}"
+        f"{'run/crit p95':>14}{'CPU/run':>10}"
+    )
+    figures: dict[int, list[dict[str, float]]] = {n: [] for n in PROCESS_COUNTS}
+    for round_no in range(rounds):
+        order = PROCESS_COUNTS if round_no % 2 == 0 else tuple(reversed(PROCESS_COUNTS))
+        for processes in order:
+            figures[processes].append(_burst_through_serve(var_dir, count, processes))
+    for processes in PROCESS_COUNTS:
+        label = "none (in the web process)" if processes == 0 else str(processes)
+
+        def median(name: str, of: int = processes) -> float:
+            return statistics.median(f[name] for f in figures[of])
+
+        print(
+            f"{label:<30}{median('runs_per_s'):>8.1f}{median('delay_p50_ms'):>14.0f} ms"
+            f"{median('delay_p95_ms'):>5.0f} ms{median('ratio_p95'):>14.2f}"
+            f"{median('cpu_ms_per_run'):>7.1f} ms"
+        )
+    print(
+        "runs/s: runs over the first enqueue to the last finish; start delay: enqueue to\n"
+        "Run.started_at; CPU/run: the CPU of serve and its worker processes over the runs.\n"
+    )
+
+
+def _burst_through_serve(var_dir: str, count: int, processes: int) -> dict[str, float]:
+    import subprocess
+
+    from django.contrib.auth import get_user_model
+
+    from plans.models import Run
+    from plans.services.runs import run_create, run_start
+
+    with socket_port() as port:
+        pass
+    args = ["manage.py", "serve", "--port", str(port), "--no-demo-users"]
+    args += ["--workers", str(DEFAULT_WORKERS)]
+    if processes:
+        args += ["--worker-processes", str(processes)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log_path = Path(var_dir, f"serve-{processes}.log")
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not (
+            "agentsite is serving" in (text := log_path.read_text())
+            and text.count("threads, sweeper on") >= processes
+        ):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"serve did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+        author, _ = get_user_model().objects.get_or_create(username="load-bench")
+        plans = [diamond(lambda: 50.0) for _ in range(count)]
+        runs = [
+            run_create(author=author, goal_text="processes benchmark", plan_data={"steps": steps})
+            for steps in plans
+        ]
+        pids = [server.pid, *_children(server.pid)]
+        cpu_before = _cpu_s(pids)
+        enqueued: dict[int, float] = {}
+        for run in runs:
+            enqueued[run.pk] = time.time()
+            run_start(run)
+        ids = [run.pk for run in runs]
+        deadline = time.monotonic() + 120 + count
+        while Run.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{count} runs did not finish in time:\n{log_path.read_text()}")
+            time.sleep(0.05)
+        cpu = _cpu_s(pids) - cpu_before
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    done = {r.pk: r for r in Run.objects.filter(pk__in=ids)}
+    assert {r.status for r in done.values()} == {"completed"}
+    delays, ratios = [], []
+    for run, steps in zip(runs, plans, strict=True):
+        row = done[run.pk]
+        assert row.started_at and row.finished_at
+        delays.append(row.started_at.timestamp() - enqueued[run.pk])
+        ratios.append((row.finished_at - row.started_at).total_seconds() / critical_path_s(steps))
+    span = max(r.finished_at.timestamp() for r in done.values()) - min(enqueued.values())
+    return {
+        "runs_per_s": count / span,
+        "delay_p50_ms": statistics.median(delays) * 1000,
+        "delay_p95_ms": percentile(delays, 0.95) * 1000,
+        "ratio_p95": percentile(ratios, 0.95),
+        "cpu_ms_per_run": cpu / count * 1000,
+    }
+
+
+class socket_port:
+    """A free loopback port (closed again on exit, for a server to bind)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        return self._sock.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User and system CPU seconds of these processes so far (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / ticks
+
+
 def postgres_database(admin_url: str, keep: str) -> dict:
     """The database named `keep` on the server (created if missing), or a fresh one."""
     if not keep:
@@ -684,8 +829,9 @@ def main() -> int:
     parser.add_argument(
         "--sections",
         default="events,enqueue,concurrency,capacity,pages",
-        help="events,enqueue,concurrency,capacity,pages; pages-postgres,events-redis (on "
-        "PostgreSQL, one database for both, apart from the SQLite sections; enqueue may join them)",
+        help="events,enqueue,concurrency,capacity,pages,processes; pages-postgres,events-redis,"
+        "processes-postgres (on PostgreSQL, one database for them, apart from the SQLite "
+        "sections; enqueue may join either)",
     )
     parser.add_argument("--seed", type=int, default=100_000, help="runs seeded for the pages")
     parser.add_argument("--repeats", type=int, default=10, help="requests per page")
@@ -702,9 +848,13 @@ def main() -> int:
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory(prefix="agentsite-load-") as var_dir:
         database = None
-        postgres = {"events-redis", "pages-postgres"} & set(sections)
-        if postgres and {"pages", "events", "concurrency", "capacity"} & set(sections):
-            parser.error("pages-postgres and events-redis run apart from the SQLite sections")
+        postgres = {"events-redis", "pages-postgres", "processes-postgres"} & set(sections)
+        sqlite = {"pages", "events", "concurrency", "capacity", "processes"} & set(sections)
+        if postgres and sqlite:
+            parser.error(
+                "pages-postgres, events-redis and processes-postgres run apart from the SQLite "
+                "sections"
+            )
         if postgres:
             # Its own process settings: PostgreSQL and Redis (as started by .ci/services.sh).
             database = postgres_database(os.environ["AGENTSITE_TEST_DATABASE_URL"], args.pg_db)
@@ -731,6 +881,8 @@ def main() -> int:
                 section_concurrency([int(n) for n in args.runs.split(",")])
             if "capacity" in sections:
                 section_capacity(max(int(n) for n in args.runs.split(",")))
+            if "processes" in sections or "processes-postgres" in sections:
+                section_processes(var_dir, max(int(n) for n in args.runs.split(",")), 2)
         finally:
             if database and not args.pg_db:
                 from benchmarks.handoff import drop_database

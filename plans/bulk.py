@@ -137,12 +137,29 @@ def rows_where[M: Model](
 
 
 def field_value(model: type[Model], pk: Any, name: str) -> Any:
-    """One field of one row, as the database returns it (None if there is no such row)."""
+    """One field of one row, converted as the ORM would (None if there is no such row)."""
     connection = connections[router.db_for_read(model)]
     with connection.cursor() as cursor:
         cursor.execute(_field_statement(connection.alias, model, name), [pk])
         row = cursor.fetchone()
-    return row[0] if row else None
+    if not row:
+        return None
+    value = row[0]
+    for convert, column in _field_converters(connection.alias, connection.vendor, model, name):
+        value = convert(value, column, connection)
+    return value
+
+
+@functools.cache
+def _field_converters(
+    alias: str, vendor: str, model: type[Model], name: str
+) -> list[tuple[Callable[..., Any], Any]]:
+    connection = connections[alias]
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field), f"{name} is not a concrete field"
+    column = field.get_col(model._meta.db_table)
+    converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+    return [(convert, column) for convert in converters]
 
 
 def update_one_returning(

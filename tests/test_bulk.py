@@ -169,6 +169,16 @@ def test_field_value_reads_one_column_and_none_for_a_missing_row(run):
     assert field_value(Run, run.pk + 1000, "cancel_requested") is None
 
 
+def test_field_value_converts_as_the_orm_does(run):
+    plan = plan_current(run)
+    requests = [{"step": 1, "text": "cheaper, please"}]
+    type(plan).objects.filter(pk=plan.pk).update(change_requests=requests)
+
+    assert field_value(type(plan), plan.pk, "change_requests") == requests
+    assert field_value(Run, run.pk, "cancel_requested") is False
+    assert field_value(Run, run.pk, "created_at") == Run.objects.get(pk=run.pk).created_at
+
+
 def test_update_one_returning_increments_sets_and_returns_the_new_values(run):
     before = Run.objects.get(pk=run.pk).last_seq
 

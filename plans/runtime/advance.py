@@ -298,10 +298,8 @@ class RunAdvancer:
     def _may_replan(self, plan_row: PlanRow, steps: dict[int, Step]) -> bool:
         """Replan a planner's plan after a failure or a reviewer's request for changes, at most
         AGENTSITE_MAX_REPLANS times per run."""
-        # Requested while the run was parked: read afresh.
-        plan_row.change_requests = (
-            PlanRow.objects.filter(pk=plan_row.pk).values_list("change_requests", flat=True).get()
-        )
+        # Requested while the run was parked: read afresh (prepared: every run's end reads it).
+        plan_row.change_requests = field_value(PlanRow, plan_row.pk, "change_requests") or []
         failed = any(step.status == Step.Status.FAILED for step in steps.values())
         if not failed and not plan_row.change_requests:
             return False

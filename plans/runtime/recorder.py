@@ -8,6 +8,7 @@ before a side effect, before parking, at the end.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -69,6 +70,10 @@ class Durable:
         self.committed = False
 
     def settle(self, *, committed: bool) -> None:
+        """Say whether the batch was committed; the first word stands (the writer settles
+        each at its COMMIT, and again, to no effect, once the batch is done)."""
+        if self._known.is_set():
+            return
         self.committed = committed
         self._known.set()
 
@@ -343,6 +348,10 @@ class _Writer:
             **batch.run_fields,
         }
         with transaction.atomic():
+            if batch.durables:
+                # The first hook after COMMIT: a call waiting for it starts before the events
+                # are published (the websockets, the notifier), not after.
+                transaction.on_commit(functools.partial(_settle_committed, batch.durables))
             # Fence first: the run row stays locked until commit, and a lost lease writes nothing.
             self._appended, self.cancel_requested = append_events(
                 lease.run_id, batch.events, lease_token=lease.token, run_fields=fields
@@ -372,6 +381,11 @@ class _Writer:
                 HumanQuestion.objects.bulk_create(batch.questions)
             self._at_commit = True
         lease.extend_from(started)  # the fenced commit renewed the lease
+
+
+def _settle_committed(durables: list[Durable]) -> None:
+    for durable in durables:
+        durable.settle(committed=True)
 
 
 def _merged(batches: list[Batch]) -> Batch:

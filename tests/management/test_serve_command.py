@@ -16,6 +16,11 @@ from django.core.management import CommandError, call_command
     [
         (["--workers", "-1"], "--workers must be 0 or more, got -1"),
         (["--port", "99999"], "--port must be from 0 to 65535, got 99999"),
+        (["--worker-processes", "-1"], "--worker-processes must be 0 or more, got -1"),
+        (
+            ["--worker-processes", "2", "--workers", "0"],
+            "--worker-processes needs --workers of at least 1",
+        ),
     ],
 )
 def test_bad_options_are_refused_naming_them(args, refusal):

@@ -172,3 +172,26 @@ def test_a_batch_nobody_waits_for_is_committed_once_it_is_old_enough(author, mon
 
     wait_until(lambda: RunEvent.objects.filter(run=run, kind="run_status").exists(), timeout=5)
     recorder.close()
+
+
+def test_a_call_waiting_for_its_start_is_told_at_commit_before_the_events_are_announced(
+    author, monkeypatch
+):
+    from plans.journal import events
+
+    run = run_create(author=author, goal_text="durable first", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    durables: list[recorder_module.Durable] = []
+    known_when_announced: list[bool] = []
+    # The listeners (the notifier) are told after the websocket groups: the last to hear.
+    monkeypatch.setattr(
+        events,
+        "_listeners",
+        [lambda run_id, published: known_when_announced.append(durables[0]._known.is_set())],
+    )
+    recorder.event("run_status", status="running")
+    durables.append(recorder.flush_durable())
+
+    assert durables[0].wait() is True
+    recorder.close()
+    assert known_when_announced == [True]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -31,11 +36,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workers", type=int, default=2, help="in-process run workers (0: use separate ones)"
         )
+        parser.add_argument(
+            "--worker-processes",
+            type=int,
+            default=0,
+            help="run workers in this many `run_worker` processes beside this one, each with "
+            "--workers threads, instead of in this process (default 0)",
+        )
         parser.add_argument("--no-demo-users", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 0:
             raise CommandError(f"--workers must be 0 or more, got {options['workers']}")
+        processes = options["worker_processes"]
+        if processes < 0:
+            raise CommandError(f"--worker-processes must be 0 or more, got {processes}")
+        if processes and not options["workers"]:
+            raise CommandError("--worker-processes needs --workers of at least 1 (per process)")
         if not 0 <= options["port"] <= 65535:
             raise CommandError(f"--port must be from 0 to 65535, got {options['port']}")
         call_command("migrate", interactive=False, verbosity=0)
@@ -48,7 +65,10 @@ class Command(BaseCommand):
         from plans.runtime.sweeper import start_sweeper_thread
         from plans.runtime.worker import gc_tune_for_serving, start_worker_threads
 
-        if options["workers"]:
+        children: list[subprocess.Popen[bytes]] = []
+        if processes:
+            children = _worker_processes(processes, threads=options["workers"])
+        elif options["workers"]:
             start_worker_threads(options["workers"], prefix=f"{socket.gethostname()}-serve")
             start_sweeper_thread()
         from plans.notifications.dispatch import notifier_start  # why: as the two above
@@ -64,9 +84,14 @@ class Command(BaseCommand):
         url = f"http://{options['host']}:{options['port']}/"
         self.stdout.write(self.style.SUCCESS(f"agentsite is serving on {url}"))
         engine = str(settings.DATABASES["default"]["ENGINE"])
+        where = (
+            f"{processes} worker processes x {options['workers']} threads"
+            if processes
+            else f"workers in process: {options['workers']}"
+        )
         self.stdout.write(
             f"database: {engine.rsplit('.', 1)[-1]}, "
-            f"model: {settings.AGENTSITE_MODEL_BACKEND}, workers in process: {options['workers']}"
+            f"model: {settings.AGENTSITE_MODEL_BACKEND}, {where}"
         )
         server = Server(
             application=ASGIStaticFilesHandler(application),
@@ -75,7 +100,10 @@ class Command(BaseCommand):
             ),
             verbosity=0,
         )
-        server.run()
+        try:
+            server.run()
+        finally:
+            _stop(children)
         if not server.listening_addresses:
             # Daphne logs why and stops; without this the command would end as if it had served.
             raise CommandError(f"could not listen on {options['host']}:{options['port']}")
@@ -93,3 +121,54 @@ class Command(BaseCommand):
             user.groups.add(*Group.objects.filter(name__in=groups))
             shown = password if created or user.check_password(password) else "(changed)"
             self.stdout.write(f"  {username:<10} {shown:<20} {', '.join(groups)}")
+
+
+# A worker process stopping lets its runs reach a stop for up to its --grace (10 s) first.
+STOP_WAIT_S = 15.0
+
+
+def _worker_processes(count: int, *, threads: int) -> list[subprocess.Popen[bytes]]:
+    """`run_worker` processes with this one's settings (its environment), each with a sweeper:
+    runs are advanced beside the web process, past the one interpreter lock it has."""
+    manage = Path(settings.BASE_DIR) / "manage.py"
+    prefix = f"{socket.gethostname()}-{os.getpid()}-serve"
+    return [
+        subprocess.Popen(  # noqa: S603 - this interpreter, this project's manage.py
+            [
+                sys.executable,
+                str(manage),
+                "run_worker",
+                "--threads",
+                str(threads),
+                "--worker-id",
+                f"{prefix}-p{index + 1}",
+            ],
+            env=os.environ.copy(),
+            preexec_fn=_end_with_parent,  # only prctl, before exec
+        )
+        for index in range(count)
+    ]
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM it if this process dies (killed, not stopped), so no
+    worker outlives its server (Linux's PR_SET_PDEATHSIG; elsewhere stopping does it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the worker processes as run_worker stops on SIGTERM: runs finish or are handed over."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
