@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from collections.abc import Collection
+
+from django.db.models import Count, Max, Q
 
 from plans.bulk import rows_where
 from plans.models import Approval, Plan, Run, Step, ToolCall
@@ -36,6 +38,23 @@ def plans_valid(run: Run) -> list[Plan]:
 def plan_steps_list(plan: Plan | None) -> list[Step]:
     """The plan's steps in step order (none without a plan)."""
     return list(plan.steps.all()) if plan else []
+
+
+def plan_step_tally(plan: Plan | None) -> tuple[dict[str, int], int]:
+    """The plan's steps counted per status, and its last round, in one query (no rows read)."""
+    if plan is None:
+        return {}, 0
+    by_status = plan.steps.order_by().values("status")
+    rows = list(by_status.annotate(count=Count("pk"), last_round=Max("round")))
+    statuses = {row["status"]: row["count"] for row in rows}
+    return statuses, max((row["last_round"] for row in rows), default=0)
+
+
+def plan_steps_of(plan: Plan | None, step_ids: Collection[int]) -> list[Step]:
+    """Those of the plan's steps, in step order (a live push re-renders only the steps it names)."""
+    if plan is None or not step_ids:
+        return []
+    return list(plan.steps.filter(step_id__in=step_ids))
 
 
 def step_get(plan: Plan, step_id: int) -> Step | None:
