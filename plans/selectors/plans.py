@@ -57,6 +57,11 @@ def plan_steps_of(plan: Plan | None, step_ids: Collection[int]) -> list[Step]:
     return list(plan.steps.filter(step_id__in=step_ids))
 
 
+def plan_steps_page(plan: Plan | None, *, after: int, size: int) -> list[Step]:
+    """`size` of the plan's steps after its first `after`, in step order."""
+    return list(plan.steps.all()[after : after + size]) if plan else []
+
+
 def step_get(plan: Plan, step_id: int) -> Step | None:
     return Step.objects.filter(plan=plan, step_id=step_id).first()
 

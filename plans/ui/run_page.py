@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,13 +20,14 @@ from plans.selectors.plans import (
     plan_step_tally,
     plan_steps_list,
     plan_steps_of,
+    plan_steps_page,
     run_approval_counts,
     step_approvals,
     step_calls,
     step_inputs,
 )
 from plans.selectors.runs import StepProgress, run_events_after, run_get
-from plans.ui.graphs import STATUS_COLOURS, plan_svg
+from plans.ui.graphs import MAX_STEPS_DRAWN, STATUS_COLOURS, plan_svg, too_many_steps_svg
 
 # Events after which the whole plan section (graph, steps, problems) is re-rendered.
 PLAN_KINDS = frozenset({"plan_created", "plan_invalid"})
@@ -40,7 +40,7 @@ LIVE_UPDATE = "plans/run_detail.html#live_update"
 # What a person reads at once: the run page shows a page of its steps (?steps_after=n) and its
 # latest events; the audit page has every one. A 500-step run has thousands of events.
 RUN_PAGE_STEPS = 50
-TIMELINE_SHOWN = 200
+TIMELINE_SHOWN = 100
 
 # The permission views of a run's pushes. The header's plan decision is all of a push that
 # depends on who watches: readers get no form, the goal's author who is also a reviewer gets
@@ -72,19 +72,27 @@ class LivePush:
 
 
 def _run_state(run: Run, events: list[dict[str, Any]], *, steps_after: int = 0) -> dict[str, Any]:
-    """What the page and a push of a new plan both show of a run: plan, steps, totals, events."""
+    """What the page and a push of a new plan both show of a run: plan, steps, totals, events.
+
+    A plan small enough to draw has every step read (the graph shows them); a larger one only
+    its counts and the page of steps shown.
+    """
     plan = plan_shown(run)
-    steps = plan_steps_list(plan)
-    statuses = Counter(step.status for step in steps)
-    rounds = max((step.round for step in steps), default=0)
-    shown = steps[steps_after : steps_after + RUN_PAGE_STEPS]
+    statuses, rounds = plan_step_tally(plan)
+    total = sum(statuses.values())
+    if total <= MAX_STEPS_DRAWN:
+        steps: list[Step] | None = plan_steps_list(plan)
+        shown = (steps or [])[steps_after : steps_after + RUN_PAGE_STEPS]
+    else:
+        steps, shown = None, plan_steps_page(plan, after=steps_after, size=RUN_PAGE_STEPS)
     steps_next_after, steps_previous_after = neighbour_pages(
-        after=steps_after, shown=len(shown), total=len(steps), size=RUN_PAGE_STEPS
+        after=steps_after, shown=len(shown), total=total, size=RUN_PAGE_STEPS
     )
     return {
         "run": run,
         "plan": plan,
-        "steps": steps,
+        "steps": steps,  # None: too many to draw
+        "steps_total": total,
         "shown_steps": shown,
         "steps_after": steps_after,
         "steps_next_after": steps_next_after,
@@ -142,8 +150,8 @@ def live_events_context(
             "timeline": [timeline_entry(e) for e in events],
         }
         changed_steps = plan_steps_of(plan, touched)
-        drawn = bool(touched) and graph
-        steps = plan_steps_list(plan) if drawn else []
+        drawn = bool(touched) and graph and sum(statuses.values()) <= MAX_STEPS_DRAWN
+        steps = plan_steps_list(plan) if drawn else None
     return {
         **shown,
         "oob": True,
@@ -183,9 +191,12 @@ def live_fragment_needs_graph(events: list[dict[str, Any]]) -> bool:
 
 
 def graph_fragment(run_id: int) -> str:
-    """The run's graph as it is now, as an out-of-band swap ("" if it has none)."""
+    """The run's graph as it is now, as an out-of-band swap ("" if it has none, or is a plan
+    too large to draw: the page's note on that does not change)."""
     run = run_get(run_id)
     plan = plan_shown(run)
+    if plan is not None and plan.steps.count() > MAX_STEPS_DRAWN:
+        return ""
     svg = graph_svg(plan, plan_steps_list(plan))
     if not svg:
         return ""
@@ -206,10 +217,15 @@ def answer_delta_fragment(text: str) -> str:
     return render_to_string("plans/run_detail.html#answer_delta", {"text": text})
 
 
-def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
-    """The plan drawn with what became of each step; an invalid plan drawn as proposed."""
-    if plan is None or (plan.is_valid and not steps):
+def graph_svg(plan: Plan | None, steps: list[Step] | None) -> str:
+    """The plan drawn with what became of each step; an invalid plan drawn as proposed.
+
+    steps=None: a plan of more than MAX_STEPS_DRAWN steps, whose steps were not all read.
+    """
+    if plan is None or (plan.is_valid and not steps and steps is not None):
         return ""
+    if steps is None:
+        return mark_safe(too_many_steps_svg(plan.steps.count()))  # noqa: S308 - error_svg
     # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
     return mark_safe(plan_svg(plan, steps, decisions=step_decisions(plan)))  # noqa: S308
 
