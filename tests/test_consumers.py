@@ -558,3 +558,38 @@ async def test_a_shared_push_is_not_sent_to_a_socket_whose_session_ended(
     assert timeline_seqs(await next_events(staying)) == [later]
     assert await ended.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4401}
     await staying.disconnect()
+
+
+async def test_graph_drawings_of_different_runs_take_turns(client, author, monkeypatch):
+    from plans import consumers
+
+    runs = [
+        await database_sync_to_async(lambda: run_create(author=author, goal_text=PRICE_GOAL))()
+        for _ in range(3)
+    ]
+    for run in runs:
+        await database_sync_to_async(advance_run)(run.pk)
+    sockets = [(await watching(run, [author]))[0] for run in runs]
+    draw, drawing, most = consumers.graph_fragment, [], []
+
+    def drawn_alone(run_id):
+        drawing.append(run_id)
+        most.append(len(drawing))
+        try:
+            return draw(run_id)
+        finally:
+            drawing.remove(run_id)
+
+    monkeypatch.setattr(consumers, "graph_fragment", drawn_alone)
+
+    for run in runs:
+        await database_sync_to_async(append_events_with_step)(run)
+    graphs = []
+    for socket in sockets:
+        while 'id="graph"' not in (message := await socket.receive_from(RECEIVE_S)):
+            pass
+        graphs.append(message)
+
+    assert len(most) == 3 and max(most) == 1
+    for socket in sockets:
+        await socket.disconnect()
