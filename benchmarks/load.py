@@ -8,7 +8,7 @@ Not a test: it prints medians and percentiles against the targets of issue 18.
     ./dev bench load --sections pages-postgres --seed 1000000 --pg-db agentsite_1m  # likewise
     ./dev bench load --sections events-redis,enqueue   # with .ci/services.sh's services
 
-Pages: every list, filter, sort, deep keyset page, the inbox, a 500-step run's audit and
+Pages: every list, filter, sort, deep keyset page, the inbox, a 500-step run's page, audit and
 export and the costs page, through Django's test client in this process, on SQLite (pages) or
 on PostgreSQL (pages-postgres: the server at AGENTSITE_TEST_DATABASE_URL, as .ci/services.sh
 starts it; a fresh database dropped afterwards unless --pg-db names one to keep).
@@ -377,6 +377,7 @@ def page_urls() -> list[tuple[str, str]]:
     urls.append((f"run page (seeded run {seeded_run.pk})", f"/runs/{seeded_run.pk}/"))
     urls.append((f"audit (seeded run {seeded_run.pk})", f"/runs/{seeded_run.pk}/audit/"))
     big = big_run_id()
+    urls.append((f"run page ({BIG_RUN_STEPS}-step run {big})", f"/runs/{big}/"))
     urls.append((f"audit ({BIG_RUN_STEPS}-step run {big})", f"/runs/{big}/audit/"))
     urls.append((f"export ({BIG_RUN_STEPS}-step run {big})", f"/runs/{big}/export.json"))
     urls.append(("costs", "/costs/"))
