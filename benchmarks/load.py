@@ -473,6 +473,12 @@ def watch_run(
     return received
 
 
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far, with its waited-for children's (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
     """Event commit (RunEvent.at) to a websocket client's receipt, through `manage.py serve`
     (embedded: in-process workers, in-memory layer) or, with redis, `serve --workers 0` and a
@@ -533,6 +539,7 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
         origin = f"http://127.0.0.1:{port}"
         for concurrent, sockets in EVENTS_SHAPES:
             latencies: list[float] = []
+            cpu_before = process_cpu_s(server.pid)
             with ThreadPoolExecutor(concurrent * sockets) as pool:
                 for _ in range(rounds):
                     runs = [
@@ -571,13 +578,17 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
                                 latencies.append((received[event.seq] - at) * 1000)
             if not latencies:
                 raise RuntimeError("no event reached the socket")
+            # The server's CPU (its `dot` runs included) per run: what a loaded machine
+            # distorts less than the latencies.
+            server_cpu = (process_cpu_s(server.pid) - cpu_before) / (rounds * concurrent)
             shape = f"{concurrent} run(s) at once" + (
                 f", {sockets} sockets on each" if sockets > 1 else ""
             )
             print(
                 f"  {shape}, {len(latencies)} receipts: "
                 f"p50 {statistics.median(latencies):.0f} ms, "
-                f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms "
+                f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms, "
+                f"server CPU {server_cpu * 1000:.0f} ms per run "
                 f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
             )
         print(
