@@ -94,7 +94,6 @@ class SharedRenders:
 
     def __init__(self) -> None:
         self._renders: OrderedDict[Hashable, tuple[float, asyncio.Future[Any]]] = OrderedDict()
-        self.started = 0  # renders begun, for the tests and the benchmark
 
     async def get(
         self, key: Hashable, render: Callable[[], Rendered], *, turns: Turns | None = None
@@ -112,7 +111,6 @@ class SharedRenders:
             future = asyncio.ensure_future(work)
             future.add_done_callback(lambda done: self._forget_failed(key, done))
             held = self._renders[key] = (now, future)
-            self.started += 1
         # Shielded: a socket that closes while it waits does not cancel the others' render.
         return await asyncio.shield(held[1])
 
