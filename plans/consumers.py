@@ -1,7 +1,8 @@
 """Websockets: a run page's live updates, and the reviewers' pending-approvals badge.
 
 Both push HTML fragments with out-of-band swaps, rendered on the server from the same
-template partials as the pages (the htmx ws extension swaps them in).
+template partials as the pages (the htmx ws extension swaps them in). A run's push is
+rendered once per batch and permission view, and sent to every socket watching the run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -27,8 +31,9 @@ from plans.sessions import session_signs_in
 from plans.ui.run_page import (
     answer_delta_fragment,
     graph_fragment,
-    live_fragment,
     live_fragment_needs_graph,
+    live_push,
+    push_view,
 )
 
 logger = logging.getLogger(__name__)
@@ -41,6 +46,90 @@ FORBIDDEN = 4403
 SESSION_WATCH_MIN_S = 0.1
 # A socket redraws its run's graph at most this often (the first change is drawn at once).
 GRAPH_REDRAW_S = 0.25
+# A finished render stays this long for the sockets that ask for it a little later (a few at
+# most: they get each batch at about the same moment), and this many at most are kept.
+RENDER_KEEP_S = 2.0
+RENDERS_KEPT = 256
+
+Rendered = TypeVar("Rendered")
+
+
+class Turns:
+    """Work that takes turns across the process: one piece at a time, each followed by a rest
+    as long as it took, so that all of it together uses at most half of the time.
+
+    Graph drawings take turns: each is a `dot` run (~15 ms of a core) and ~6 ms of Python,
+    and sixteen watched runs would otherwise ask for more than the machine has, while the
+    pushes of their events, which take no turn, wait behind them.
+    """
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def run(self, work: Callable[[], Awaitable[Rendered]]) -> Rendered:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.setdefault(loop, asyncio.Lock())
+        await lock.acquire()
+        started = loop.time()
+        try:
+            result = await work()
+        except BaseException:
+            lock.release()
+            raise
+        loop.call_later(loop.time() - started, lock.release)  # the rest, then the next turn
+        return result
+
+
+graph_turns = Turns()
+
+
+class SharedRenders:
+    """This process's renders of run pushes, one per key, shared by every socket that asks.
+
+    Sockets watching a run get each committed batch at about the same moment: the first to
+    ask renders it (off the event loop), the others await that render, or find it done.
+    """
+
+    def __init__(self) -> None:
+        self._renders: OrderedDict[Hashable, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+
+    async def get(
+        self, key: Hashable, render: Callable[[], Rendered], *, turns: Turns | None = None
+    ) -> Rendered:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._forget_old(now)
+        held = self._renders.get(key)
+        # A future belongs to its loop: a test's new loop, or a failed render, starts afresh.
+        if held is None or held[1].get_loop() is not loop or held[1].cancelled():
+            # Off the one shared sync thread (thread_sensitive=False): a push does not queue
+            # behind other sockets' work.
+            rendering = database_sync_to_async(render, thread_sensitive=False)
+            work = rendering() if turns is None else turns.run(rendering)
+            future = asyncio.ensure_future(work)
+            future.add_done_callback(lambda done: self._forget_failed(key, done))
+            held = self._renders[key] = (now, future)
+        # Shielded: a socket that closes while it waits does not cancel the others' render.
+        return await asyncio.shield(held[1])
+
+    def _forget_old(self, now: float) -> None:
+        while self._renders:
+            at, future = next(iter(self._renders.values()))
+            if len(self._renders) <= RENDERS_KEPT and (
+                now - at < RENDER_KEEP_S or not future.done()
+            ):
+                return
+            self._renders.popitem(last=False)
+
+    def _forget_failed(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        held = self._renders.get(key)
+        if held is not None and held[1] is done and (done.cancelled() or done.exception()):
+            del self._renders[key]
+
+
+shared_renders = SharedRenders()
 
 
 class SessionBound(AsyncWebsocketConsumer):
@@ -121,6 +210,7 @@ class RunConsumer(SessionBound):
     """
 
     run_id: int
+    view = ""
     last_sent = 0
     group = ""
     # Batches received but not yet pushed, and the task pushing them (see run_events).
@@ -141,9 +231,13 @@ class RunConsumer(SessionBound):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_SIGNED_IN)
             return
-        if not await database_sync_to_async(_may_see_run)(user, self.run_id):
+        view = await database_sync_to_async(_run_view)(user, self.run_id)
+        if view is None:
             await self.close(code=FORBIDDEN)
             return
+        # Rights are read as the page reads them on load: the push rendered for this view
+        # (shared by every socket of it) is what this socket sends.
+        self.view = view
         bind_server_loop(asyncio.get_running_loop())
         await self.follow_session(user)
         self.group = run_group(self.run_id)
@@ -221,15 +315,21 @@ class RunConsumer(SessionBound):
             self.last_sent = max(self.last_sent, after)
 
     async def _send_events(self, events: list[dict[str, Any]]) -> None:
+        if self.signed_out:
+            return
+        # Once per batch and view for every socket on the run; seqs run without gaps, so the
+        # first and last name the batch. The graph (a `dot` run) follows apart.
+        key = ("events", self.run_id, events[0]["seq"], events[-1]["seq"], self.view)
+        user = self.scope["user"]
+        push = await shared_renders.get(
+            key, lambda: live_push(self.run_id, events, user, graph=False)
+        )
+        # The credential is checked just before the send: nothing leaves after it lapsed.
         if not await self.still_signed_in():
             return
-        # Off the one shared sync thread (thread_sensitive=False): a push does not queue behind
-        # other sockets' work. The graph (a `dot` run, most of a push's time) follows apart.
-        html = await database_sync_to_async(live_fragment, thread_sensitive=False)(
-            self.run_id, events, self.scope["user"], graph=False
-        )
         self.last_sent = max(self.last_sent, events[-1]["seq"])
-        await self.send(text_data=html)
+        for html in push.messages():
+            await self.send(text_data=html)
         if live_fragment_needs_graph(events):
             self._graph_due()
 
@@ -248,7 +348,11 @@ class RunConsumer(SessionBound):
             await asyncio.sleep(max(0.0, self.graph_drawn_at + GRAPH_REDRAW_S - time.monotonic()))
             self.graph_again = False
             self.graph_drawn_at = time.monotonic()
-            html = await database_sync_to_async(graph_fragment, thread_sensitive=False)(self.run_id)
+            # The graph shows no permission: one drawing per run and state for every socket.
+            key = ("graph", self.run_id, self.last_sent)
+            html = await shared_renders.get(
+                key, lambda: graph_fragment(self.run_id), turns=graph_turns
+            )
             if html and not self.signed_out:
                 await self.send(text_data=html)
             if not self.graph_again:
@@ -292,8 +396,10 @@ class PendingApprovalsConsumer(SessionBound):
         )
 
 
-def _may_see_run(user: Any, run_id: int) -> bool:
-    return run_visible_get(user=user, run_id=run_id) is not None
+def _run_view(user: Any, run_id: int) -> str | None:
+    """The permission view of the run's pushes the user gets (None: they may not see it)."""
+    run = run_visible_get(user=user, run_id=run_id)
+    return None if run is None else push_view(run, user)
 
 
 def _after_from(scope: dict[str, Any]) -> int:

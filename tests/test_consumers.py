@@ -53,6 +53,10 @@ async def open_socket(path, session=None):
     return communicator
 
 
+def step_row_ids(html):
+    return [int(step) for step in re.findall(r'<tr id="step-row-(\d+)"', html)]
+
+
 def timeline_seqs(html):
     return [int(seq) for seq in re.findall(r'<li class="event[^"]*" data-seq="(\d+)"', html)]
 
@@ -276,11 +280,15 @@ async def test_a_step_event_updates_its_row_totals_and_status_and_then_the_graph
     message = await socket.receive_from(RECEIVE_S)
     with_step = await database_sync_to_async(append_events_with_step)(finished_run)
     update = await socket.receive_from(RECEIVE_S)
+    rows = await socket.receive_from(RECEIVE_S)
     graph = await socket.receive_from(RECEIVE_S)
 
     assert 'id="run-header"' in message and 'id="run-totals"' in message
     assert timeline_seqs(update) == [with_step]
-    assert '<div id="steps-table" class="table-scroll" hx-swap-oob="true">' in update
+    # Only the changed step's row is swapped, in a message of its own: not the whole table.
+    assert 'id="steps-table"' not in update and "<tr" not in update
+    assert step_row_ids(rows) == [3]
+    assert 'hx-swap-oob="true"' in rows and rows.lstrip().startswith("<tr")
     # The event is not held up by the graph's drawing: that comes next, on its own.
     assert 'id="graph"' not in update
     assert graph.lstrip().startswith('<div id="graph" class="graph" hx-swap-oob="true">')
@@ -375,7 +383,7 @@ async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order
     )
     await following(socket, finished_run)
     rendering, both_queued = threading.Event(), threading.Event()
-    render, handle = consumers.live_fragment, consumers.RunConsumer.run_events
+    render, handle = consumers.live_push, consumers.RunConsumer.run_events
     queued = []
 
     def slow_render(run_id, events, viewer, **options):
@@ -390,7 +398,7 @@ async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order
         if len(queued) == 3:
             both_queued.set()
 
-    monkeypatch.setattr(consumers, "live_fragment", slow_render)
+    monkeypatch.setattr(consumers, "live_push", slow_render)
     monkeypatch.setattr(consumers.RunConsumer, "run_events", counting)
 
     (first,) = await append(finished_run, "run_status")
@@ -417,9 +425,171 @@ async def test_a_graph_is_redrawn_at_most_every_so_often_and_the_latest_state_la
 
     first = await database_sync_to_async(append_events_with_step)(finished_run)
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [first]
+    assert step_row_ids(await socket.receive_from(RECEIVE_S)) == [3]
     assert 'id="graph"' in await socket.receive_from(RECEIVE_S)  # the first change: at once
     second = await database_sync_to_async(append_events_with_step)(finished_run)
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [second]
+    assert step_row_ids(await socket.receive_from(RECEIVE_S)) == [3]
     assert await socket.receive_nothing(0.2)  # the next drawing waits for its turn
     assert 'id="graph"' in await socket.receive_from(RECEIVE_S)
     await socket.disconnect()
+
+
+# --- one render per run and permission view, for every socket watching it -----------------
+
+
+def counting_renders(monkeypatch):
+    """Count live_push calls (the renders): each is one run's push for one permission view."""
+    from plans import consumers
+
+    render, calls = consumers.live_push, []
+
+    def counted(run_id, events, viewer, **options):
+        calls.append(run_id)
+        return render(run_id, events, viewer, **options)
+
+    monkeypatch.setattr(consumers, "live_push", counted)
+    return calls
+
+
+async def watching(run, users):
+    """A socket per user on the run, each following it (an event appended reaches them all),
+    each with a session of its own."""
+    from django.test import Client
+
+    last_seq = await database_sync_to_async(lambda: Run.objects.get(pk=run.pk).last_seq)()
+    sockets = []
+    for user in users:
+        session = await database_sync_to_async(session_of)(Client(), user)
+        sockets.append(await open_socket(f"/ws/runs/{run.pk}/?after={last_seq}", session))
+    (seq,) = await append(run, "run_status")
+    for socket in sockets:  # live, or read from the log by a socket that joined just after
+        assert timeline_seqs(await next_events(socket)) == [seq]
+    return sockets
+
+
+async def test_ten_sockets_on_one_run_cause_one_render_and_get_the_same_push(
+    finished_run, client, author, monkeypatch
+):
+    sockets = await watching(finished_run, [author] * 10)
+    renders = counting_renders(monkeypatch)
+
+    (seq,) = await append(finished_run, "run_status")
+    pushes = [await socket.receive_from(RECEIVE_S) for socket in sockets]
+
+    assert renders == [finished_run.pk]
+    assert all(timeline_seqs(push) == [seq] for push in pushes)
+    assert len(set(pushes)) == 1
+    for socket in sockets:
+        await socket.disconnect()
+
+
+@pytest.fixture
+def deciders(django_user_model, reviewer, operator):
+    """Who watches a plan waiting for approval: the goal's author (a reviewer), another
+    reviewer, and two who may see every run but not decide."""
+    see_all = Permission.objects.get(codename="view_all_runs")
+    other = django_user_model.objects.create_user("dave", password="dave-pass-123")
+    other.user_permissions.add(see_all, Permission.objects.get(codename="decide_approval"))
+    reviewer.user_permissions.add(see_all)
+    second_operator = django_user_model.objects.create_user("oscar", password="oscar-pass-123")
+    second_operator.user_permissions.add(see_all)
+    fresh = django_user_model.objects.get  # fresh permission caches
+    return {
+        "own goal": fresh(pk=reviewer.pk),
+        "reviewer": fresh(pk=other.pk),
+        "reader": fresh(pk=operator.pk),
+        "another reader": fresh(pk=second_operator.pk),
+    }
+
+
+@pytest.fixture
+def held_run(deciders):
+    run = run_create(author=deciders["own goal"], goal_text=PRICE_GOAL, require_plan_approval=True)
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_PLAN_APPROVAL
+    return run
+
+
+def decision_buttons(push):
+    """The plan decision's buttons in a push, each with whether it is disabled."""
+    buttons = re.findall(r'<button type="submit" name="decision" value="(\w+)"([^>]*)>', push)
+    return {value: " disabled" in attributes for value, attributes in buttons}
+
+
+async def test_each_permission_view_is_rendered_once_and_a_reader_gets_no_decision(
+    held_run, client, deciders, monkeypatch
+):
+    names = list(deciders)
+    sockets = await watching(held_run, list(deciders.values()))
+    renders = counting_renders(monkeypatch)
+
+    await append(held_run, "run_status")
+    pushes = dict(zip(names, [await s.receive_from(RECEIVE_S) for s in sockets], strict=True))
+
+    assert len(renders) == 3  # four sockets, three views
+    assert pushes["reader"] == pushes["another reader"]
+    assert decision_buttons(pushes["reader"]) == {}
+    assert 'name="decision"' not in pushes["reader"]
+    assert decision_buttons(pushes["reviewer"]) == {
+        "changes": False,
+        "reject": False,
+        "approve": False,
+    }
+    # Under four-eyes the goal's author sees the decision, but may not make it.
+    assert decision_buttons(pushes["own goal"]) == {"reject": True, "approve": True}
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_a_shared_push_is_not_sent_to_a_socket_whose_session_ended(
+    finished_run, author, settings
+):
+    from django.contrib.sessions.backends.db import SessionStore
+
+    settings.AGENTSITE_STREAM_RECHECK_S = 0  # re-read before every push
+    ended, staying = await watching(finished_run, [author, author])
+    session = ended.scope["headers"][1][1].decode().removeprefix("sessionid=")
+
+    await database_sync_to_async(SessionStore(session).delete)()
+    (later,) = await append(finished_run, "run_status")
+
+    assert timeline_seqs(await next_events(staying)) == [later]
+    assert await ended.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4401}
+    await staying.disconnect()
+
+
+async def test_graph_drawings_of_different_runs_take_turns(client, author, monkeypatch):
+    from plans import consumers
+
+    runs = [
+        await database_sync_to_async(lambda: run_create(author=author, goal_text=PRICE_GOAL))()
+        for _ in range(3)
+    ]
+    for run in runs:
+        await database_sync_to_async(advance_run)(run.pk)
+    sockets = [(await watching(run, [author]))[0] for run in runs]
+    draw, drawing, most = consumers.graph_fragment, [], []
+
+    def drawn_alone(run_id):
+        drawing.append(run_id)
+        most.append(len(drawing))
+        try:
+            return draw(run_id)
+        finally:
+            drawing.remove(run_id)
+
+    monkeypatch.setattr(consumers, "graph_fragment", drawn_alone)
+
+    for run in runs:
+        await database_sync_to_async(append_events_with_step)(run)
+    graphs = []
+    for socket in sockets:
+        while 'id="graph"' not in (message := await socket.receive_from(RECEIVE_S)):
+            pass
+        graphs.append(message)
+
+    assert len(most) == 3 and max(most) == 1
+    for socket in sockets:
+        await socket.disconnect()

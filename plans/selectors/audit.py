@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
@@ -40,6 +41,8 @@ class RunRecords:
     events: list[RunEvent]
 
 
+# The steps' fields that hold tool values (large, JSON): read only for the steps shown.
+STEP_VALUES = ("args", "resolved_args", "result")
 # Events the audit page shows at a time: a 500-step run has thousands.
 AUDIT_EVENTS_PAGE = 200
 # Steps of each plan version, and tool calls, the audit page shows at a time: rendering
@@ -84,14 +87,20 @@ def run_records_get(
     events_limit: int | None = None,
     tool_calls_after: int = 0,
     tool_calls_limit: int | None = None,
+    steps_without_values: bool = False,
 ) -> RunRecords:
     """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries):
-    every event and tool call, or `..._limit` of them after the first `..._after`."""
+    every event and tool call, or `..._limit` of them after the first `..._after`.
+
+    steps_without_values: the steps' arguments and results are left unread (deferred).
+    """
     events = run.events.filter(seq__gt=events_after).order_by("seq")
     tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
     if tool_calls_limit is not None:
         tool_calls = tool_calls[tool_calls_after : tool_calls_after + tool_calls_limit]
-    plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
+    steps = Step.objects.defer(*STEP_VALUES) if steps_without_values else Step.objects.all()
+    plans = run.plans.order_by("version").select_related("decided_by")
+    plans = plans.prefetch_related(Prefetch("steps", queryset=steps))
     return RunRecords(
         run=run,
         versions=[PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans],
@@ -116,12 +125,16 @@ def run_audit_get(
     calls, and a check of its whole event hash chain."""
     events_page = events_page or AUDIT_EVENTS_PAGE
     rows_page = AUDIT_ROWS_PAGE
+    # One version has no diff to draw: only the steps shown need their arguments and results
+    # (a 500-step run's are most of what the page would read).
+    single = run.plans.count() == 1
     records = run_records_get(
         run=run,
         events_after=events_after,
         events_limit=events_page,
         tool_calls_after=tool_calls_after,
         tool_calls_limit=rows_page,
+        steps_without_values=single,
     )
     # The event log is read after a seq; seqs run from 1 without gaps, so seq is a position.
     last_shown = records.events[-1].seq if records.events else events_after
@@ -130,6 +143,11 @@ def run_audit_get(
     )
     for version in records.versions:
         version.shown_steps = version.steps[steps_after : steps_after + rows_page]
+    if single:
+        shown = [step for version in records.versions for step in version.shown_steps]
+        whole = Step.objects.in_bulk([step.pk for step in shown])
+        for version in records.versions:
+            version.shown_steps = [whole[step.pk] for step in version.shown_steps]
     most_steps = max((len(version.steps) for version in records.versions), default=0)
     steps_next_after, steps_previous_after = neighbour_pages(
         after=steps_after,
@@ -202,19 +220,44 @@ class _ExportEncoder(DjangoJSONEncoder):
 def run_export_chunks(*, run: Run, size: int = 64 * 1024) -> Iterator[str]:
     """The export as JSON text in pieces of about `size`, encoded as the rows are read.
 
-    No byte of it could open a tag were it sniffed as HTML.
+    One record a line (each encoded by json's C encoder: an indented whole goes through its
+    Python one, most of a 500-step run's export). No byte of it could open a tag were it
+    sniffed as HTML.
     """
-    chunks = _ExportEncoder(indent=2, ensure_ascii=False).iterencode(run_export_data(run=run))
     buffer: list[str] = []
     held = 0
-    for chunk in chunks:
-        buffer.append(chunk)
-        held += len(chunk)
+    for piece in _export_lines(run_export_data(run=run)):
+        buffer.append(piece)
+        held += len(piece)
         if held >= size:
             yield _unsniffable("".join(buffer))
             buffer, held = [], 0
     if buffer:
         yield _unsniffable("".join(buffer))
+
+
+def _export_lines(data: dict[str, Any]) -> Iterator[str]:
+    """The export's text: its sections in order, each list one record a line."""
+    encode = _ExportEncoder(ensure_ascii=False).encode
+    yield "{"
+    for index, (name, value) in enumerate(data.items()):
+        yield ("\n" if index == 0 else ",\n") + f"  {encode(name)}: "
+        if isinstance(value, list):
+            rows = iter(value)
+            first = next(rows, _NOTHING)
+            if first is _NOTHING:
+                yield "[]"
+                continue
+            yield "[\n    " + encode(first)
+            for row in rows:
+                yield ",\n    " + encode(row)
+            yield "\n  ]"
+        else:
+            yield encode(value)
+    yield "\n}"
+
+
+_NOTHING = object()
 
 
 def run_export_json(*, run: Run) -> str:

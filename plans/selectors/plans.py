@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q, Sum
+from collections.abc import Collection
+
+from django.db.models import Count, Max, Q, Sum
 
 from plans.bulk import rows_where
 from plans.models import Approval, HumanQuestion, Plan, Run, Step, ToolCall
+from plans.selectors.runs import progress_status
 
 
 def plan_current(run: Run) -> Plan | None:
@@ -36,6 +39,35 @@ def plans_valid(run: Run) -> list[Plan]:
 def plan_steps_list(plan: Plan | None) -> list[Step]:
     """The plan's steps in step order (none without a plan)."""
     return list(plan.steps.all()) if plan else []
+
+
+def plan_step_tally(plan: Plan | None) -> tuple[dict[str, int], int, int]:
+    """The plan's steps counted per progress status, the last round started and the last round,
+    in one query (no rows read)."""
+    if plan is None:
+        return {}, 0, 0
+    by_status = plan.steps.order_by().values("status", "tool")
+    rows = list(by_status.annotate(count=Count("pk"), last_round=Max("round")))
+    statuses: dict[str, int] = {}
+    for row in rows:
+        shown = progress_status(row["status"], row["tool"])
+        statuses[shown] = statuses.get(shown, 0) + row["count"]
+    # A replanned version that has not started is at no round yet, whatever rounds an
+    # earlier version reached.
+    started = (row["last_round"] for row in rows if row["status"] != Step.Status.PENDING)
+    return statuses, max(started, default=0), max((r["last_round"] for r in rows), default=0)
+
+
+def plan_steps_of(plan: Plan | None, step_ids: Collection[int]) -> list[Step]:
+    """Those of the plan's steps, in step order (a live push re-renders only the steps it names)."""
+    if plan is None or not step_ids:
+        return []
+    return list(plan.steps.filter(step_id__in=step_ids))
+
+
+def plan_steps_page(plan: Plan | None, *, after: int, size: int) -> list[Step]:
+    """`size` of the plan's steps after its first `after`, in step order."""
+    return list(plan.steps.all()[after : after + size]) if plan else []
 
 
 def step_get(plan: Plan, step_id: int) -> Step | None:

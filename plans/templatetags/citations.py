@@ -22,12 +22,14 @@ def cited_answer(run: Run) -> SafeString:
     answer = run.answer or ""
     check: dict[str, Any] = run.answer_check or {}
     marks: list[tuple[int, int, str]] = []
+    # One reverse for every link: a 500-step run's answer cites hundreds of steps.
+    step_url = reverse("plans:step_detail", args=[run.pk, 0]).removesuffix("0/")
     for citation in check.get("citations", []):
         start, end = citation["start"], citation["end"]
         text = answer[start:end]
         html: str
         if citation["valid"]:
-            url = reverse("plans:step_detail", args=[run.pk, citation["step"]])
+            url = f"{step_url}{int(citation['step'])}/"
             html = format_html(
                 '<a class="citation" href="{}" hx-get="{}" hx-target="#step-panel">{}</a>',
                 url,

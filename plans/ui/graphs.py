@@ -111,10 +111,13 @@ def plan_svg(
 def _plan_svg(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval]) -> str:
     steps = sorted(steps, key=lambda step: step.step_id)
     if len(steps) > MAX_STEPS_DRAWN:
-        return error_svg(
-            f"The plan has {len(steps)} steps; graphs are drawn for up to {MAX_STEPS_DRAWN}."
-        )
+        return too_many_steps_svg(len(steps))
     return _drawn(plan_dot(plan, steps, decisions))
+
+
+def too_many_steps_svg(count: int) -> str:
+    """What is drawn in place of a plan of more than MAX_STEPS_DRAWN steps."""
+    return error_svg(f"The plan has {count} steps; graphs are drawn for up to {MAX_STEPS_DRAWN}.")
 
 
 def _drawn(source: str) -> str:
@@ -279,9 +282,7 @@ def _invalid_plan_svg(plan: Plan) -> str:
     if not isinstance(raw_steps, list) or not raw_steps:
         return error_svg("The plan has no steps: " + "; ".join(map(str, plan.problems or [])))
     if len(raw_steps) > MAX_STEPS_DRAWN:
-        return error_svg(
-            f"The plan has {len(raw_steps)} steps; graphs are drawn for up to {MAX_STEPS_DRAWN}."
-        )
+        return too_many_steps_svg(len(raw_steps))
     return _drawn(invalid_plan_dot(plan, raw_steps))
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,11 +12,15 @@ from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
 from plans.models import Plan, Run, Step
+from plans.roles import four_eyes_forbids, may_decide
 from plans.selectors.approvals import step_decisions
-from plans.selectors.audit import plan_diff_from_parent
+from plans.selectors.audit import neighbour_pages, plan_diff_from_parent
 from plans.selectors.plans import (
     plan_shown,
+    plan_step_tally,
     plan_steps_list,
+    plan_steps_of,
+    plan_steps_page,
     run_approval_counts,
     run_priced_apart,
     step_approvals,
@@ -23,45 +28,100 @@ from plans.selectors.plans import (
     step_inputs,
     step_question,
 )
-from plans.selectors.runs import StepProgress, progress_status, run_events_after, run_get
+from plans.selectors.runs import StepProgress, run_events_after, run_get
 from plans.tools.human import ASK_HUMAN
-from plans.ui.graphs import STATUS_COLOURS, plan_svg
+from plans.ui.graphs import MAX_STEPS_DRAWN, STATUS_COLOURS, plan_svg, too_many_steps_svg
 
 # Events after which the whole plan section (graph, steps, problems) is re-rendered.
 PLAN_KINDS = frozenset({"plan_created", "plan_invalid"})
 LIVE_EVENTS = "plans/run_detail.html#live_events"
+# The changed steps' rows, swapped one by one: a message of their own, as table rows cannot
+# stand beside other elements in one fragment.
+STEP_ROWS = "plans/run_detail.html#step_rows"
+# Both as one response, for the HTTP catch-up (htmx's own swap unwraps rows in a <template>).
+LIVE_UPDATE = "plans/run_detail.html#live_update"
+# What a person reads at once: the run page shows a page of its steps (?steps_after=n) and its
+# latest events; the audit page has every one. A 500-step run has thousands of events.
+RUN_PAGE_STEPS = 50
+TIMELINE_SHOWN = 100
+
+# The permission views of a run's pushes. The header's plan decision is all of a push that
+# depends on who watches: readers get no form, the goal's author who is also a reviewer gets
+# it disabled (four-eyes), other reviewers get it live. One render per view serves every
+# socket of that view, so nothing else rendered may depend on the viewer.
+READER = "reader"
+REVIEWER = "reviewer"
+OWN_GOAL_REVIEWER = "own-goal-reviewer"
 
 
-def _run_state(run: Run, events: list[dict[str, Any]]) -> tuple[Plan | None, list[Step], dict]:
-    """What the page and its pushes both show of a run: its plan, steps, totals and events."""
+def push_view(run: Run, viewer: Any) -> str:
+    """Which permission view of the run's pushes the viewer gets (as the header decides)."""
+    if not may_decide(viewer):
+        return READER
+    if four_eyes_forbids(run=run, reviewer=viewer, via="web"):
+        return OWN_GOAL_REVIEWER
+    return REVIEWER
+
+
+@dataclass(frozen=True)
+class LivePush:
+    """A run page's push: its events and what they changed, then the changed steps' rows."""
+
+    events_html: str
+    rows_html: str
+
+    def messages(self) -> list[str]:
+        return [self.events_html, self.rows_html] if self.rows_html else [self.events_html]
+
+
+def _run_state(run: Run, events: list[dict[str, Any]], *, steps_after: int = 0) -> dict[str, Any]:
+    """What the page and a push of a new plan both show of a run: plan, steps, totals, events.
+
+    A plan small enough to draw has every step read (the graph shows them); a larger one only
+    its counts and the page of steps shown.
+    """
     plan = plan_shown(run)
-    steps = plan_steps_list(plan)
-    return (
-        plan,
-        steps,
-        {
-            "run": run,
-            "plan": plan,
-            "steps": steps,
-            "status_colours": STATUS_COLOURS.items(),
-            "totals": run_totals(run, steps),
-            "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
-        },
+    statuses, started_round, rounds = plan_step_tally(plan)
+    total = sum(statuses.values())
+    if total <= MAX_STEPS_DRAWN:
+        steps: list[Step] | None = plan_steps_list(plan)
+        shown = (steps or [])[steps_after : steps_after + RUN_PAGE_STEPS]
+    else:
+        steps, shown = None, plan_steps_page(plan, after=steps_after, size=RUN_PAGE_STEPS)
+    steps_next_after, steps_previous_after = neighbour_pages(
+        after=steps_after, shown=len(shown), total=total, size=RUN_PAGE_STEPS
     )
+    return {
+        "run": run,
+        "plan": plan,
+        "steps": steps,  # None: too many to draw
+        "steps_total": total,
+        "shown_steps": shown,
+        "steps_after": steps_after,
+        "steps_next_after": steps_next_after,
+        "steps_previous_after": steps_previous_after,
+        "status_colours": STATUS_COLOURS.items(),
+        "totals": run_totals(run, statuses, started_round, rounds),
+        "timeline": [timeline_entry(e) for e in events],  # oldest first, rounds as headings
+    }
 
 
-def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any]:
+def run_page_context(
+    run: Run, *, selected: Step | None = None, steps_after: int = 0
+) -> dict[str, Any]:
     # The log first, then the state: what the page shows is then at least as new as the last
     # event it lists, and the socket's pushes after that bring it up to date. (Read the other
     # way round, a change committed in between would show in the timeline but nowhere else.)
-    events = run_events_after(run, 0)
+    events = run_events_after(run, max(0, run.last_seq - TIMELINE_SHOWN))
     last_seq = events[-1]["seq"] if events else 0
     run.refresh_from_db()
-    plan, steps, shown = _run_state(run, events)
+    shown = _run_state(run, events, steps_after=steps_after)
+    plan = shown["plan"]
     return {
         **shown,
+        "timeline_earlier": events[0]["seq"] - 1 if events else 0,
         "replan": replan_context(plan),
-        "graph_svg": graph_svg(plan, steps),
+        "graph_svg": graph_svg(plan, shown["steps"]),
         "last_seq": last_seq,
         "ws_url": f"/ws/runs/{run.pk}/?after={last_seq}",
         **(step_panel_context(selected) if selected else {}),
@@ -71,18 +131,36 @@ def run_page_context(run: Run, *, selected: Step | None = None) -> dict[str, Any
 def live_events_context(
     run_id: int, events: list[dict[str, Any]], *, graph: bool = True
 ) -> dict[str, Any]:
-    """Out-of-band swaps bringing a run page up to date with these events (seq ascending)."""
+    """Out-of-band swaps bringing a run page up to date with these events (seq ascending).
+
+    A new plan is sent whole; otherwise only the rows of the steps the events name, and the
+    totals from a count of the steps per status (a 500-step plan's rows are not read).
+    """
     run = run_get(run_id)
-    plan, steps, shown = _run_state(run, events)
     kinds = {event["kind"] for event in events}
     plan_changed = bool(kinds & PLAN_KINDS)
     touched = {event["payload"].get("step") for event in events} - {None}
+    if plan_changed:
+        shown = _run_state(run, events)
+        plan, steps, changed_steps = shown["plan"], shown["steps"], []
+    else:
+        plan = plan_shown(run)
+        statuses, started_round, rounds = plan_step_tally(plan)
+        shown = {
+            "run": run,
+            "plan": plan,
+            "totals": run_totals(run, statuses, started_round, rounds),
+            "timeline": [timeline_entry(e) for e in events],
+        }
+        changed_steps = plan_steps_of(plan, touched)
+        drawn = bool(touched) and graph and sum(statuses.values()) <= MAX_STEPS_DRAWN
+        steps = plan_steps_list(plan) if drawn else None
     return {
         **shown,
         "oob": True,
         "plan_changed": plan_changed,
         "replan": replan_context(plan) if plan_changed else {},
-        "steps_changed": bool(touched) and not plan_changed,
+        "changed_steps": changed_steps,
         "graph_svg": graph_svg(plan, steps) if plan_changed or (touched and graph) else "",
         "answer_changed": bool(kinds & {"answer_finished", "answer_checked"}),
         "first_seq": events[0]["seq"],
@@ -90,10 +168,10 @@ def live_events_context(
     }
 
 
-def live_fragment(
+def live_push(
     run_id: int, events: list[dict[str, Any]], viewer: Any, *, graph: bool = True
-) -> str:
-    """A socket's push for one viewer: the header it re-sends offers forms by permission.
+) -> LivePush:
+    """A run's push for one permission view (push_view): any viewer of that view may get it.
 
     graph=False leaves a step change's graph out (graph_fragment sends it after), so the
     event is not held up by the graph's drawing; a new plan is always sent whole.
@@ -104,20 +182,24 @@ def live_fragment(
         "user": viewer,
         "perms": PermWrapper(viewer),
     }
-    return render_to_string(LIVE_EVENTS, context)
+    rows = render_to_string(STEP_ROWS, context) if context["changed_steps"] else ""
+    return LivePush(events_html=render_to_string(LIVE_EVENTS, context), rows_html=rows)
 
 
 def live_fragment_needs_graph(events: list[dict[str, Any]]) -> bool:
-    """Whether a push without its graph (live_fragment(graph=False)) leaves one to send."""
+    """Whether a push without its graph (live_push(graph=False)) leaves one to send."""
     kinds = {event["kind"] for event in events}
     touched = {event["payload"].get("step") for event in events} - {None}
     return bool(touched) and not kinds & PLAN_KINDS
 
 
 def graph_fragment(run_id: int) -> str:
-    """The run's graph as it is now, as an out-of-band swap ("" if it has none)."""
+    """The run's graph as it is now, as an out-of-band swap ("" if it has none, or is a plan
+    too large to draw: the page's note on that does not change)."""
     run = run_get(run_id)
     plan = plan_shown(run)
+    if plan is not None and plan.steps.count() > MAX_STEPS_DRAWN:
+        return ""
     svg = graph_svg(plan, plan_steps_list(plan))
     if not svg:
         return ""
@@ -138,26 +220,32 @@ def answer_delta_fragment(text: str) -> str:
     return render_to_string("plans/run_detail.html#answer_delta", {"text": text})
 
 
-def graph_svg(plan: Plan | None, steps: list[Step]) -> str:
-    """The plan drawn with what became of each step; an invalid plan drawn as proposed."""
-    if plan is None or (plan.is_valid and not steps):
+def graph_svg(plan: Plan | None, steps: list[Step] | None) -> str:
+    """The plan drawn with what became of each step; an invalid plan drawn as proposed.
+
+    steps=None: a plan of more than MAX_STEPS_DRAWN steps, whose steps were not all read.
+    """
+    if plan is None or (plan.is_valid and not steps and steps is not None):
         return ""
+    if steps is None:
+        return mark_safe(too_many_steps_svg(plan.steps.count()))  # noqa: S308 - error_svg
     # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
     return mark_safe(plan_svg(plan, steps, decisions=step_decisions(plan)))  # noqa: S308
 
 
-def run_totals(run: Run, steps: list[Step]) -> dict[str, Any]:
+def run_totals(
+    run: Run, statuses: Mapping[str, int], started_round: int, rounds: int
+) -> dict[str, Any]:
+    """The totals bar and the header's progress, from the steps counted per progress status."""
     approvals = run_approval_counts(run)
-    progress = StepProgress.of(Counter(progress_status(step.status, step.tool) for step in steps))
+    progress = StepProgress.of(dict(statuses))
     return {
         "tokens": run.total_tokens,
         "cost_usd": run.cost_usd,
         "model_calls": run.model_call_count,
         **run_priced_apart(run),
-        # Of the plan shown: a replanned version that has not started is at no round yet,
-        # whatever rounds an earlier version reached.
-        "round": max((s.round for s in steps if s.status != Step.Status.PENDING), default=0),
-        "rounds": max((s.round for s in steps), default=0),
+        "round": started_round,
+        "rounds": rounds,
         "approvals_requested": approvals["requested"],
         "approvals_decided": approvals["decided"],
         "progress": progress,

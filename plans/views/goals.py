@@ -25,7 +25,7 @@ from plans.services.runs import (
     run_create,
     run_start,
 )
-from plans.ui.run_page import LIVE_EVENTS, live_events_context, run_page_context, step_panel_context
+from plans.ui.run_page import LIVE_UPDATE, live_events_context, run_page_context, step_panel_context
 from plans.views.forms import PlanDecisionForm
 from plans.views.params import SignedInRequest, visible_run_or_404
 from plans.views.refusals import refusal_status
@@ -77,7 +77,10 @@ def new_goal(request: SignedInRequest) -> HttpResponse:
 def run_detail(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The plan to review and the run as it happens (the page then follows a websocket)."""
     run = visible_run_or_404(request, run_id)
-    return render(request, "plans/run_detail.html", run_page_context(run))
+    # A page of the steps at a time (?steps_after=n): a 500-step plan is not read at once.
+    steps_after = whole_number(request.GET.get("steps_after", "")) or 0
+    context = run_page_context(run, steps_after=steps_after)
+    return render(request, "plans/run_detail.html", context)
 
 
 @require_GET
@@ -145,4 +148,4 @@ def run_events(request: SignedInRequest, run_id: int) -> HttpResponse:
     if not events:
         return HttpResponse(status=204)
     # With the request: the header's plan decision is for those who may decide.
-    return render(request, LIVE_EVENTS, live_events_context(run.pk, events))
+    return render(request, LIVE_UPDATE, live_events_context(run.pk, events))

@@ -19,6 +19,20 @@
     return socket;
   };
 
+  // A push of changed step rows (a message of its own: rows cannot share a fragment): drop
+  // those on another page of the steps table, so their swaps find no missing target.
+  htmx.defineExtension("step-rows", {
+    transformResponse: function (text) {
+      if (!/^\s*<tr[\s>]/.test(text)) return text;
+      var template = document.createElement("template");
+      template.innerHTML = text;
+      Array.prototype.slice.call(template.content.children).forEach(function (row) {
+        if (!row.id || !document.getElementById(row.id)) row.remove();
+      });
+      return template.innerHTML;
+    },
+  });
+
   var resumeAsked = false;
 
   document.addEventListener("htmx:wsBeforeMessage", function (event) {

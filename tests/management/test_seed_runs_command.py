@@ -174,3 +174,21 @@ def test_seeded_spend_is_on_the_costs_page_at_once():
     report = cost_report(days=7)
     assert report.model_calls == ModelCall.objects.count() > 0
     assert report.total_usd > 0
+
+
+def test_it_streams_its_rows_a_few_hundred_runs_at_a_time_whatever_the_batch(monkeypatch):
+    from plans.demo import seeding
+
+    monkeypatch.setattr(seeding, "FLUSH_RUNS", 7)
+    insert, held = seeding._Rows.insert, []
+
+    def counted(rows):
+        held.append(len(rows.by_model[Run]))
+        insert(rows)
+
+    monkeypatch.setattr(seeding._Rows, "insert", counted)
+
+    call_command("seed_runs", "40", "--batch", "30", stdout=StringIO())
+
+    assert Run.objects.count() == 40
+    assert max(held) == 7 and sum(held) == 40  # never the batch's 30 at once

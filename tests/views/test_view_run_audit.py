@@ -564,3 +564,27 @@ def test_a_short_plan_shows_every_step_and_tool_call_without_pages(client, autho
     assert section(page, "tool-calls-heading").count("<tr>") == 1 + 3
     assert 'aria-label="Step pages"' not in page and 'aria-label="Tool call pages"' not in page
     assert "steps 1\u2013" not in page and "shown</span>" not in section(page, "tool-calls-heading")
+
+
+@pytest.mark.parametrize("steps", [6, 60])
+def test_the_audit_and_export_make_as_few_queries_whatever_the_number_of_steps(
+    client, author, steps, django_assert_max_num_queries
+):
+    plan = {
+        "steps": [
+            {"id": i, "tool": "calculator", "args": {"expression": f"{i}+0"}, "depends_on": []}
+            for i in range(1, steps + 1)
+        ]
+    }
+    run = finished_run(author, plan=plan, goal="Add the rows", lift_plan_step_cap=True)
+    assert run.status == Run.Status.COMPLETED
+    client.force_login(author)
+
+    # 18: the audit also lists the run's forks and re-runs (one query).
+    with django_assert_max_num_queries(18):
+        audit_page(client, run)
+    with django_assert_max_num_queries(17):
+        response = client.get(reverse("plans:run_export", args=[run.pk]))
+        exported = json.loads(b"".join(response.streaming_content))
+
+    assert len(exported["plans"][0]["steps"]) == steps

@@ -373,3 +373,113 @@ def test_run_totals_break_out_one_hour_cache_writes_and_web_searches(author, cli
 
     assert "Cache writes kept 1 h 1,500 tokens" in totals
     assert "Web searches 2" in totals
+
+
+# --- a long run: a page of its steps, its latest events, a bounded number of queries ------
+
+
+def wide_run(author, steps=12):
+    """A finished run of that many independent steps (one round)."""
+    plan = {
+        "steps": [
+            {"id": i, "tool": "calculator", "args": {"expression": f"{i}+0"}, "depends_on": []}
+            for i in range(1, steps + 1)
+        ]
+    }
+    run = finished_run(author, "Add the rows", plan_data=plan, lift_plan_step_cap=True)
+    assert run.status == Run.Status.COMPLETED
+    return run
+
+
+def shown_rows(page):
+    return [int(step) for step in re.findall(r'<tr id="step-row-(\d+)"', page)]
+
+
+def test_a_long_plan_shows_its_steps_a_page_at_a_time(client, author, monkeypatch):
+    monkeypatch.setattr("plans.ui.run_page.RUN_PAGE_STEPS", 5)
+    run = wide_run(author)
+    client.force_login(author)
+
+    first = page_of(client, run)
+    second = page_of(client, run, steps_after=5)
+    third = page_of(client, run, steps_after=10)
+
+    assert shown_rows(first) == [1, 2, 3, 4, 5]
+    assert "steps 1\u20135 of 12" in first and "12 steps" in first
+    assert 'href="?steps_after=5#steps-table" rel="next"' in first
+    assert '<span class="disabled">← Earlier steps</span>' in first
+    assert shown_rows(second) == [6, 7, 8, 9, 10]
+    assert shown_rows(third) == [11, 12]
+    assert 'href="?steps_after=5#steps-table" rel="prev"' in third
+    assert '<span class="disabled">Later steps →</span>' in third
+    # The graph still shows every step: each node opens its step, on whichever page.
+    assert all(f'id="step-{step}"' in first for step in range(1, 13))
+
+
+def test_a_short_plan_shows_every_step_without_pages(client, author):
+    run = finished_run(author)
+    client.force_login(author)
+
+    page = page_of(client, run)
+
+    assert shown_rows(page) == [1, 2, 3]
+    assert 'aria-label="Step pages"' not in page
+
+
+def test_a_plan_too_large_to_draw_has_a_note_for_a_graph_and_its_counts_from_every_step(
+    client, author, monkeypatch
+):
+    monkeypatch.setattr("plans.ui.run_page.MAX_STEPS_DRAWN", 8)
+    monkeypatch.setattr("plans.ui.run_page.RUN_PAGE_STEPS", 5)
+    run = wide_run(author)
+    client.force_login(author)
+
+    page = page_of(client, run, steps_after=5)
+
+    assert shown_rows(page) == [6, 7, 8, 9, 10]
+    assert "The plan has 12 steps; graphs are drawn for up to" in page
+    assert "12 of 12 steps done" in page and "steps 6\u201310 of 12" in page
+
+
+def test_the_timeline_shows_the_latest_events_and_sends_to_the_audit_for_the_others(
+    client, author, monkeypatch
+):
+    monkeypatch.setattr("plans.ui.run_page.TIMELINE_SHOWN", 5)
+    run = wide_run(author)
+    client.force_login(author)
+
+    page = page_of(client, run)
+
+    seqs = [int(s) for s in re.findall(r'<li class="event[^"]*" data-seq="(\d+)"', page)]
+    assert seqs == list(range(run.last_seq - 4, run.last_seq + 1))
+    earlier = run.last_seq - 5
+    assert f"{earlier} earlier events not shown" in page
+    assert f'href="{reverse("plans:run_audit", args=[run.pk])}#events"' in page
+
+
+@pytest.mark.parametrize("steps", [6, 60])
+def test_the_run_page_makes_as_few_queries_whatever_the_number_of_steps(
+    client, author, steps, django_assert_max_num_queries
+):
+    run = wide_run(author, steps)
+    client.force_login(author)
+
+    # 18: the header lists forks and re-runs, and the totals add the priced-apart figures.
+    with django_assert_max_num_queries(18):
+        page_of(client, run)
+    with django_assert_max_num_queries(18):
+        page_of(client, run, steps_after=50)
+
+
+def test_the_events_feed_swaps_only_the_rows_of_the_steps_its_events_name(client, author):
+    run = finished_run(author)
+    client.force_login(author)
+    step_3 = RunEvent.objects.get(run=run, kind="step_finished", payload__step=3).seq
+
+    response = client.get(reverse("plans:run_events", args=[run.pk]), {"after": step_3 - 1})
+
+    html = response.content.decode()
+    # Rows in a <template>: htmx's own swap takes out-of-band rows from it.
+    rows = html[html.index("<template>") :]
+    assert re.findall(r'<tr id="step-row-(\d+)"[^>]*hx-swap-oob="true"', rows) == ["3"]
+    assert 'id="steps-table"' not in html
