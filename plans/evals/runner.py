@@ -207,6 +207,27 @@ def run_model_usage(run: Run) -> dict[str, Any]:
     }
 
 
+def usage_by_purpose(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """Per call purpose (plan, answer, ...): calls, prompt tokens (input, cache reads and writes
+    together) per call on average and at most, and the share of them read from the cache."""
+    calls = ModelCall.objects.filter(run__experiment=experiment).values_list(
+        "purpose", "input_tokens", "cache_read_tokens", "cache_write_tokens"
+    )
+    by_purpose: dict[str, list[tuple[int, int]]] = {}
+    for purpose, uncached, read, written in calls:
+        by_purpose.setdefault(purpose, []).append((uncached + read + written, read))
+    report = {}
+    for purpose, rows in sorted(by_purpose.items()):
+        prompt = sum(total for total, _ in rows)
+        report[purpose] = {
+            "calls": len(rows),
+            "prompt_tokens_mean": round(prompt / len(rows)),
+            "prompt_tokens_max": max(total for total, _ in rows),
+            "cache_read_share": round(sum(read for _, read in rows) / prompt, 4) if prompt else 0.0,
+        }
+    return report
+
+
 def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:
     """Per category and overall pass rates (with Wilson intervals) and summed usage."""
     results = list(experiment.results.all())

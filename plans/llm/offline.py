@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from plans.demo import shapes
 from plans.engine.figures import figures
-from plans.llm.base import Completion, ModelError, ModelRequest, Usage
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage, estimated_tokens
 
 OFFLINE_MODEL_NAME = "offline"
 
@@ -54,14 +55,56 @@ _BLOCKED_REASON = re.compile(r"Reason:\s*(.*?)\.?\s*(?:Do not retry\.?)?\s*$", r
 _CHUNKS = re.compile(r"(?<=\s)(?=\S)")
 
 
+# As the API's prompt cache: a prefix is kept five minutes from its last use, and a prefix
+# shorter than the model's minimum is not cached at all.
+CACHE_TTL_S = 300.0
+CACHE_MIN_TOKENS = 1024
+
+
+class PromptCache:
+    """Which request prefixes were seen lately, so usage reports cache reads and writes as the
+    API does: the first call with a prefix writes it, later ones within the TTL read it."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._expires: dict[str, float] = {}
+
+    def usage(self, request: ModelRequest, *, output_tokens: int) -> Usage:
+        """The call's usage: its prompt split into uncached input and a cache read or write."""
+        total = request.estimated_input_tokens()
+        prefix = request.cached_prefix()
+        cached = estimated_tokens(prefix)
+        if cached < CACHE_MIN_TOKENS:
+            return Usage(input_tokens=total, output_tokens=output_tokens)
+        key = hashlib.sha256(f"{request.model}\0{prefix}".encode()).hexdigest()
+        now = self.clock()
+        with self._lock:
+            hit = self._expires.get(key, -1.0) > now
+            self._expires[key] = now + CACHE_TTL_S  # a read refreshes the entry, as the API's
+            if len(self._expires) > 1024:
+                self._expires = {k: t for k, t in self._expires.items() if t > now}
+        part = {"cache_read_tokens" if hit else "cache_write_tokens": cached}
+        return Usage(input_tokens=total - cached, output_tokens=output_tokens, **part)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._expires.clear()
+
+
+# One per process, like the provider's cache shared by every call with the same prefix.
+PROMPT_CACHE = PromptCache()
+
+
 class OfflineModel:
     """Plans the four demo goals and writes answers from step outcomes, without any network."""
 
     name = OFFLINE_MODEL_NAME
 
-    def __init__(self, *, latency_ms: float = 0) -> None:
+    def __init__(self, *, latency_ms: float = 0, cache: PromptCache | None = None) -> None:
         # A real model's latency, to measure concurrency honestly (AGENTSITE_OFFLINE_LATENCY_MS).
         self.latency_ms = latency_ms
+        self.cache = PROMPT_CACHE if cache is None else cache
 
     def complete(
         self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
@@ -74,10 +117,7 @@ class OfflineModel:
             for chunk in _CHUNKS.split(text):
                 if chunk:
                     on_text(chunk)
-        usage = Usage(
-            input_tokens=request.estimated_input_tokens(),
-            output_tokens=math.ceil(len(text) / 4),
-        )
+        usage = self.cache.usage(request, output_tokens=estimated_tokens(text))
         latency_ms = round((time.perf_counter() - started) * 1000)
         return Completion(text=text, usage=usage, model=OFFLINE_MODEL_NAME, latency_ms=latency_ms)
 

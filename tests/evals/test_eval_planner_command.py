@@ -124,7 +124,11 @@ def test_compare_runs_both_agents_and_react_makes_more_calls_on_multi_step_cases
         recorded = ModelCall.objects.filter(run__in=runs)
         assert experiment["model_calls"] == recorded.count(), agent
         assert experiment["tokens"]["input"] == sum(c.input_tokens for c in recorded), agent
-    assert by_agent["react"]["tokens"]["input"] > by_agent["plan_execute"]["tokens"]["input"]
+    prompt = {
+        agent: sum(e["tokens"][k] for k in ("input", "cache_read", "cache_write"))
+        for agent, e in by_agent.items()
+    }
+    assert prompt["react"] > prompt["plan_execute"]
 
 
 def test_compare_prints_calls_tokens_and_cost_side_by_side():
@@ -181,3 +185,22 @@ def test_a_judge_models_hostile_error_cannot_rewrite_the_report_on_the_terminal(
     assert (
         "judge: no verdict: overloaded\u27e8U+001B\u27e9[2K\u27e8U+000D\u27e9     judge: pass"
     ) in out
+
+
+def test_the_report_gives_prompt_tokens_per_call_purpose_and_the_share_read_from_the_cache():
+    code, out = eval_planner("--json")
+
+    (experiment,) = json.loads(out)["experiments"]
+    plan = experiment["by_purpose"]["plan"]
+    answer = experiment["by_purpose"]["answer"]
+    assert code == 0
+    assert plan["calls"] == 38 and plan["prompt_tokens_mean"] <= plan["prompt_tokens_max"]
+    # The first plan call writes the rules and catalog to the cache; the 37 after it read them.
+    assert plan["cache_read_share"] >= 0.9
+    assert answer["cache_read_share"] == 0  # its prefix is below the minimum the API caches
+    calls = ModelCall.objects.filter(run__experiment_id=experiment["id"], purpose="plan")
+    assert sum(c.cache_write_tokens > 0 for c in calls) == 1
+    assert experiment["tokens"]["cache_read"] == sum(c.cache_read_tokens for c in calls)
+
+    _, text = eval_planner()
+    assert "per call purpose: calls, prompt tokens per call (mean, max), cache reads" in text

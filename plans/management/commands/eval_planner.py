@@ -23,7 +23,7 @@ from plans.evals.baseline import (
     baseline_save,
 )
 from plans.evals.cases import DEFAULT_CASES, CasesInvalid, suite_load
-from plans.evals.runner import CaseOutcome, experiment_run
+from plans.evals.runner import CaseOutcome, experiment_run, usage_by_purpose
 from plans.llm import Usage
 from plans.llm.pricing import cost_usd, prices_for
 from plans.models import Experiment, Goal
@@ -138,7 +138,12 @@ class Command(BaseCommand):
     def _print_case(self, outcome: CaseOutcome) -> None:
         result = outcome.result
         attempt = f" (attempt {outcome.attempt})" if outcome.attempt > 1 else ""
-        tokens = result.input_tokens + result.output_tokens
+        tokens = (
+            result.input_tokens
+            + result.output_tokens
+            + result.cache_read_tokens
+            + result.cache_write_tokens
+        )
         run = f" [run {result.run_id}, {result.model_calls} calls, {tokens} tokens]"
         # Failures and the judge's errors quote the model's and the tools' text.
         if result.passed:
@@ -178,6 +183,14 @@ class Command(BaseCommand):
             f"{experiment.cache_write_tokens} cache write tokens, ${experiment.cost_usd:.6f}, "
             f"{experiment.wall_ms / 1000:.1f}s"
         )
+        self.stdout.write(
+            "  per call purpose: calls, prompt tokens per call (mean, max), cache reads"
+        )
+        for purpose, row in usage_by_purpose(experiment).items():
+            self.stdout.write(
+                f"    {purpose:<8}{row['calls']:>5}{row['prompt_tokens_mean']:>8,}"
+                f"{row['prompt_tokens_max']:>8,}{row['cache_read_share']:>9.1%}"
+            )
 
     def _print_comparison(self, experiments: list[Experiment]) -> None:
         self.stdout.write("\nside by side (figures summed from the runs' ModelCall rows):")
@@ -281,6 +294,7 @@ def experiment_json(experiment: Experiment) -> dict[str, Any]:
             "cache_read": experiment.cache_read_tokens,
             "cache_write": experiment.cache_write_tokens,
         },
+        "by_purpose": usage_by_purpose(experiment),
         "cost_usd": float(experiment.cost_usd),
         "wall_s": experiment.wall_ms / 1000,
         "cases": [
