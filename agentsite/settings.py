@@ -248,6 +248,9 @@ AGENTSITE_MODEL_BACKEND = os.environ.get(
 AGENTSITE_PLANNER_MODEL = os.environ.get("AGENTSITE_PLANNER_MODEL", "claude-sonnet-5-5")
 AGENTSITE_ANSWER_MODEL = os.environ.get("AGENTSITE_ANSWER_MODEL", "claude-sonnet-5-5")
 AGENTSITE_MODEL_MAX_RETRIES = 3
+# How Claude's plan replies are bound to the plan's JSON Schema: "auto" (structured outputs
+# where the model has them, else a forced tool call), "output_format", "tool" or "off".
+AGENTSITE_PLAN_SCHEMA = os.environ.get("AGENTSITE_PLAN_SCHEMA", "auto")
 AGENTSITE_MODEL_TIMEOUT_S = 60.0
 
 # USD per million tokens. Each model call stores the prices it was charged at.

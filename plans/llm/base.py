@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 PURPOSES = ("plan", "replan", "answer", "act", "judge")
+# AGENTSITE_PLAN_SCHEMA: how a reply is bound to its schema (plans.llm.anthropic_model).
+SCHEMA_MODES = ("auto", "output_format", "tool", "off")
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,8 @@ class ModelRequest:
     purpose: str  # "plan" | "replan" | "answer"
     # The structured inputs (goal, outcomes, catalog) for the offline model; never sent to the API.
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # The JSON Schema the reply must match (a plan's); a model that can bind replies to it does.
+    reply_schema: Mapping[str, Any] | None = None
 
     def system_blocks(self) -> list[str]:
         """The system text, then the catalog if any: together the stable, cacheable prefix."""

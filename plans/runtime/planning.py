@@ -81,11 +81,13 @@ def plan_from_planner(
 ) -> Plan | None:
     """Ask the model for a plan, with one repair round; None if a model call ended the run."""
     max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
     request = planner_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(get_registry()),
+        catalog=tool_catalog_for_prompt(registry),
         max_steps=max_steps,
         model=model_for("plan"),
+        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps),
     )
     completion = call_model(request)
     if completion is None:
@@ -124,9 +126,11 @@ def plan_from_replanner(
     """A new plan version after failures or reviewers' requests for changes; None if a model
     call ended the run."""
     max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
     request = replan_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(get_registry()),
+        catalog=tool_catalog_for_prompt(registry),
+        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps),
         max_steps=max_steps,
         model=model_for("replan"),
         plan={"steps": [_step_json(step) for step in current.steps.all()]},
