@@ -299,6 +299,9 @@ AGENTSITE_REACT_MAX_STEPS = int(
 )
 # A reviewer approves each whole plan before any step runs (also per goal).
 AGENTSITE_REQUIRE_PLAN_APPROVAL = env_bool("AGENTSITE_REQUIRE_PLAN_APPROVAL", False)
+# The first call may answer a goal that needs no tool at once (one call, no plan), plan, or
+# refuse; off, every goal is planned.
+AGENTSITE_ROUTER = env_bool("AGENTSITE_ROUTER", True)
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
 # Threads for tool calls in each process, shared by the runs it advances.
 AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))

@@ -26,23 +26,32 @@ PLACEHOLDER_TEXT = {
 _STEP_ID = {"type": "integer", "minimum": 1, "maximum": MAX_STEP_ID}
 
 
-def plan_json_schema(catalog: Mapping[str, ToolSignature], *, max_steps: int | None) -> dict:
-    """The JSON Schema every valid plan for this catalog satisfies (tools sorted by name)."""
+def plan_json_schema(
+    catalog: Mapping[str, ToolSignature], *, max_steps: int | None, direct_answer: bool = False
+) -> dict:
+    """The JSON Schema every valid plan for this catalog satisfies (tools sorted by name); with
+    direct_answer, a reply of no steps may carry an answer instead of a plan (the router)."""
     steps: dict[str, Any] = {
         "type": "array",
         "items": {"anyOf": [_step_schema(catalog[name]) for name in sorted(catalog)]},
     }
     if max_steps is not None:
         steps["maxItems"] = max_steps
+    properties: dict[str, Any] = {
+        "steps": steps,
+        "reason": {
+            "type": "string",
+            "description": "why no plan is possible, given only with no steps",
+        },
+    }
+    if direct_answer:
+        properties["answer"] = {
+            "type": "string",
+            "description": "the answer to a goal that needs no tool, given only with no steps",
+        }
     return {
         "type": "object",
-        "properties": {
-            "steps": steps,
-            "reason": {
-                "type": "string",
-                "description": "why no plan is possible, given only with no steps",
-            },
-        },
+        "properties": properties,
         "required": ["steps"],
         "additionalProperties": False,
     }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db.models import Count, Sum
@@ -42,6 +43,8 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 def prompt_version() -> str:
     """A short hash of every system prompt: experiments on different prompts are told apart."""
     texts = [prompts.PLANNER_SYSTEM, prompts.ANSWER_SYSTEM, getattr(prompts, "REACT_SYSTEM", "")]
+    if settings.AGENTSITE_ROUTER:
+        texts.append(prompts.ROUTER_RULE)
     return hashlib.sha256("\n\0".join(texts).encode()).hexdigest()[:12]
 
 

@@ -143,7 +143,7 @@ SERVER_TOOLS_NOTE = (
 # What the catalog leaves out because it is the same everywhere (said once, in the planner's
 # rules): an object takes only its listed properties, and all of them are required.
 CATALOG_CONVENTION = (
-    'Catalog objects take only their listed properties, all required, unless "required" or '
+    'Catalog objects take only the listed properties, all required, unless "required" or '
     '"additionalProperties" says otherwise.'
 )
 # Minified: with schemas' keys sorted (_sorted), stable bytes for a given catalog, so the
@@ -246,7 +246,7 @@ def catalog_text(catalog: list[dict]) -> str:
     # Sorted by name and keys so registration order cannot change the prefix and spoil the cache.
     tools = sorted(catalog, key=lambda tool: str(tool.get("name", "")))
     own = [tool for tool in tools if not tool.get("server")]
-    text = f"Tool catalog (one JSON object per tool and line):\n{_catalog_lines(own)}"
+    text = f"Tool catalog, one JSON object per tool:\n{_catalog_lines(own)}"
     servers = sorted({str(tool["server"]) for tool in tools if tool.get("server")})
     if servers:
         text += "\n\n" + server_tools_text(

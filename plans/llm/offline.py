@@ -125,6 +125,11 @@ class OfflineModel:
         goal = request.metadata.get("goal")
         if not isinstance(goal, str):
             raise ModelError("The offline model needs the goal in the request's metadata.")
+        if request.purpose == "plan" and request.metadata.get("router"):
+            # The router: a goal about the agent itself, or a term it defines, needs no tool.
+            direct = direct_reply(goal, list(request.metadata.get("catalog") or []))
+            if direct:
+                return json.dumps({"steps": [], "answer": direct}, ensure_ascii=False)
         if request.purpose in ("plan", "replan"):
             # A repair request gets the same plan: the demo plans are valid as they stand.
             changes = request.metadata.get("change_requests") or []
@@ -151,6 +156,53 @@ class OfflineModel:
             outcomes = list(request.metadata.get("outcomes") or [])
             return react_turn(goal, outcomes, final=bool(request.metadata.get("final")))
         raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
+
+
+_ABOUT_ME = re.compile(
+    r"\b(?:which|what)\s+tools\b|\bwhat\s+can\s+you\s+do\b|\bwho\s+are\s+you\b"
+    r"|^\s*(?:hi|hello|hey)\b",
+    re.IGNORECASE,
+)
+_DEFINITION = re.compile(
+    r"^\s*what\s+is\s+(?:an?\s+)?(plan[- ]and[- ]execute|react)(?:\s+agents?)?\s*\??\s*$",
+    re.IGNORECASE,
+)
+_GLOSSARY = {
+    "plan-and-execute": (
+        "Plan-and-execute is an agent design in which a planner model first writes the whole "
+        "plan, a graph of tool calls, and an executor then runs it, independent steps in "
+        "parallel, before one more model call writes the answer from the results: two model "
+        "calls for any number of steps."
+    ),
+    "react": (
+        "ReAct (reason and act) is an agent design in which the model chooses one tool call at "
+        "a time, sees its result, and chooses the next: a model call for every step, each "
+        "reading every result so far."
+    ),
+}
+
+
+def direct_reply(goal: str, catalog: list[Mapping[str, Any]]) -> str:
+    """The offline router's answer to a goal that needs no tool, or "" to plan it: what this
+    agent is and which tools it has (from the catalog), or what a term it is built on means."""
+    if definition := _DEFINITION.match(goal):
+        term = definition.group(1).lower().replace(" ", "-")
+        return _GLOSSARY["react" if term == "react" else "plan-and-execute"]
+    if not _ABOUT_ME.search(goal):
+        return ""
+    tools = sorted(catalog, key=lambda tool: str(tool.get("name", "")))
+    listed = "; ".join(
+        f"{tool.get('name')} ({str(tool.get('description', '')).split('. ')[0].rstrip('.')})"
+        for tool in tools
+    )
+    gated = _joined([str(tool.get("name")) for tool in tools if tool.get("destructive")])
+    answer = (
+        "I am a plan-and-execute agent: I plan a goal as tool steps, run them and answer from "
+        f"their results. My tools: {listed}."
+    )
+    if gated:
+        answer += f" Calls of {gated} change things, so each waits for a reviewer's approval."
+    return answer
 
 
 def keeping_effects(plan: dict[str, Any], done: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -295,3 +295,9 @@ def test_plan_replan_repair_and_react_calls_send_byte_identical_cached_prefixes(
     assert request_params(first)["system"][-1]["cache_control"] == {"type": "ephemeral"}
     # ReAct has its own rules, and the very same catalog block after them.
     assert react.system_blocks()[1] == first.system_blocks()[1]
+    # With the router on, its rule is in the plan and the replan calls' prefix alike.
+    routed = planner_request(goal="g", catalog=CATALOG, max_steps=5, model="m", router=True)
+    replanned = replan_request(
+        goal="h", catalog=CATALOG, max_steps=5, model="m", plan={}, outcomes=[], router=True
+    )
+    assert routed.system_blocks() == replanned.system_blocks() != first.system_blocks()
