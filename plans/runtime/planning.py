@@ -79,7 +79,6 @@ class DirectAnswer:
     """The router's answer to a goal that needs no tool: the run ends with it, unplanned."""
 
     text: str
-    completion: Completion
 
 
 def direct_answer(data: Any) -> str:
@@ -124,7 +123,7 @@ def plan_from_planner(
         route = Run.Route.ANSWER if answer else Run.Route.REFUSE if declined else Run.Route.PLAN
         run_route(run=run, route=route, lease=lease)
         if answer:
-            return DirectAnswer(text=answer, completion=completion)
+            return DirectAnswer(text=answer)
     if problems and not declined:
         # One repair round: the problems go back to the model once, with room for a longer
         # plan if the first was cut off at its token limit.

@@ -66,6 +66,15 @@ def test_a_goal_no_tool_can_reach_is_refused_in_one_call(author):
     assert ModelCall.objects.filter(run=run).count() == 1
 
 
+def test_a_direct_answer_runs_no_tool_so_it_waits_for_no_plan_approval(author, settings):
+    settings.AGENTSITE_REQUIRE_PLAN_APPROVAL = True
+    run = ran(author, "What is ReAct?")
+
+    assert run.status == Run.Status.COMPLETED and run.route == Run.Route.ANSWER
+    assert "one tool call at a time" in run.answer
+    assert "plan_approval_requested" not in kinds(run)
+
+
 def test_with_the_router_off_every_goal_is_planned_and_no_decision_recorded(author, settings):
     settings.AGENTSITE_ROUTER = False
     run = ran(author, "Which tools can you use?")
