@@ -250,6 +250,9 @@ AGENTSITE_MODEL_BACKEND = os.environ.get(
 AGENTSITE_PLANNER_MODEL = os.environ.get("AGENTSITE_PLANNER_MODEL", "claude-sonnet-5-5")
 AGENTSITE_ANSWER_MODEL = os.environ.get("AGENTSITE_ANSWER_MODEL", "claude-sonnet-5-5")
 AGENTSITE_MODEL_MAX_RETRIES = 3
+# How Claude's plan replies are bound to the plan's JSON Schema: "auto" (structured outputs
+# where the model has them, else a forced tool call), "output_format", "tool" or "off".
+AGENTSITE_PLAN_SCHEMA = os.environ.get("AGENTSITE_PLAN_SCHEMA", "auto")
 AGENTSITE_MODEL_TIMEOUT_S = 60.0
 
 # USD per million tokens. Each model call stores the prices it was charged at.
@@ -298,6 +301,9 @@ AGENTSITE_REACT_MAX_STEPS = int(
 )
 # A reviewer approves each whole plan before any step runs (also per goal).
 AGENTSITE_REQUIRE_PLAN_APPROVAL = env_bool("AGENTSITE_REQUIRE_PLAN_APPROVAL", False)
+# The first call may answer a goal that needs no tool at once (one call, no plan), plan, or
+# refuse; off, every goal is planned.
+AGENTSITE_ROUTER = env_bool("AGENTSITE_ROUTER", True)
 AGENTSITE_MAX_PARALLEL_STEPS = int(os.environ.get("AGENTSITE_MAX_PARALLEL_STEPS", "16"))
 # Threads for tool calls in each process, shared by the runs it advances.
 AGENTSITE_TOOL_THREADS = int(os.environ.get("AGENTSITE_TOOL_THREADS", "64"))

@@ -9,6 +9,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from plans.llm import model_for
+from plans.llm.base import SCHEMA_MODES
 from plans.llm.pricing import prices_for
 from plans.mcp.config import configured_servers
 
@@ -49,6 +50,21 @@ def check_parallel_steps(app_configs: Any = None, **kwargs: Any) -> list[checks.
             f"AGENTSITE_MAX_PARALLEL_STEPS is {steps}; a run needs at least 1 step at a time",
             hint="Set it to 1 or more (the default is 16).",
             id="plans.E002",
+        )
+    ]
+
+
+@checks.register()
+def check_plan_schema_mode(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A mistyped way of binding plan replies would fail every plan call, not start-up."""
+    mode = settings.AGENTSITE_PLAN_SCHEMA
+    if mode in SCHEMA_MODES:
+        return []
+    return [
+        checks.Error(
+            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}",
+            hint='Leave it unset for "auto".',
+            id="plans.E003",
         )
     ]
 

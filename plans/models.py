@@ -109,6 +109,15 @@ class Run(models.Model):
     goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=24, choices=Status, default=Status.PLANNING)
     answer = models.TextField(blank=True)
+
+    class Route(models.TextChoices):
+        NONE = "", "not routed"
+        PLAN = "plan"
+        ANSWER = "answer", "answered directly"
+        REFUSE = "refuse", "refused"
+
+    # The router's decision (AGENTSITE_ROUTER): plan, answer with no tool, or refuse; "" off.
+    route = models.CharField(max_length=10, choices=Route, blank=True, default="", db_default="")
     # The mechanical check of the answer (plans.engine.citations): its [step N] citations and
     # the figures it states that appear in no step's result. None until an answer is checked.
     answer_check = models.JSONField(null=True, blank=True)
@@ -460,6 +469,7 @@ class RunEvent(models.Model):
 
     class Kind(models.TextChoices):
         RUN_CREATED = "run_created"
+        ROUTED = "routed"  # the router's decision: plan, answer directly, or refuse
         PLAN_CREATED = "plan_created"
         PLAN_INVALID = "plan_invalid"
         PLAN_APPROVAL_REQUESTED = "plan_approval_requested"

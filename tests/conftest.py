@@ -72,3 +72,11 @@ def fresh_tool_registry():
 def notifications_off(settings):
     """The notifier's thread stays out of tests that do not ask for it (tests/notifications)."""
     settings.AGENTSITE_NOTIFICATIONS = False
+
+
+@pytest.fixture(autouse=True)
+def offline_prompt_cache_cleared():
+    """Each test starts with the offline model's prompt cache cold, as a fresh process does."""
+    from plans.llm.offline import PROMPT_CACHE
+
+    PROMPT_CACHE.clear()

@@ -28,3 +28,15 @@ def test_a_run_allowed_no_steps_at_a_time_is_reported_at_start_up(settings):
 
     assert error.id == "plans.E002"
     assert "AGENTSITE_MAX_PARALLEL_STEPS is 0" in error.msg
+
+
+def test_a_mistyped_plan_schema_mode_is_reported_at_start_up(settings):
+    from plans.checks import check_plan_schema_mode
+
+    assert check_plan_schema_mode() == []
+    settings.AGENTSITE_PLAN_SCHEMA = "strict"
+
+    [error] = check_plan_schema_mode()
+
+    assert error.id == "plans.E003"
+    assert "AGENTSITE_PLAN_SCHEMA is 'strict'" in error.msg

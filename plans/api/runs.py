@@ -91,6 +91,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
         "url": run_url(request, run.pk),
         "author": run.goal.author.get_username(),
         "cancel_requested": run.cancel_requested,
+        "route": run.route,
         "plan_versions": [
             {
                 "version": plan.version,

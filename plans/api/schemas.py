@@ -168,6 +168,10 @@ class RunOut(Schema):
     rounds: list[list[int]]
     steps: dict[str, StepOutcomeOut]
     answer: str
+    route: str = Field(
+        ...,
+        description='The router\'s decision: "plan", "answer" (no tool needed), "refuse"; "" off.',
+    )
     error: str
     model_calls: int
     model_call_list: list[ModelCallOut]

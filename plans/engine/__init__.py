@@ -13,6 +13,7 @@ from plans.engine.graph import (
 )
 from plans.engine.parsing import MAX_PLANNER_OUTPUT_CHARS, parse_planner_output
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanParseError, PlanStep, Problem
+from plans.engine.plan_schema import plan_json_schema
 from plans.engine.policies import (
     EFFECT_DONE,
     EFFECT_NOT_DONE,
@@ -90,6 +91,7 @@ __all__ = [
     "past_effects",
     "placeholder_refs",
     "placeholders",
+    "plan_json_schema",
     "resolve",
     "rounds",
     "storable",

@@ -36,6 +36,10 @@ def baseline_of(experiment: Experiment) -> dict[str, Any]:
         "model_calls": experiment.model_calls,
         "input_tokens": experiment.input_tokens,
         "output_tokens": experiment.output_tokens,
+        # Input read from or written to the cache as well: what the prompts weigh in all.
+        "prompt_tokens": (
+            experiment.input_tokens + experiment.cache_read_tokens + experiment.cache_write_tokens
+        ),
         "categories": experiment.summary.get("categories", {}),
         "overall": experiment.summary.get("overall", {}),
         "cases": verdicts,
@@ -83,7 +87,7 @@ def baseline_compare(
                 f"the baseline was taken with {key} {baseline.get(key)!r}, this run has "
                 f"{current[key]!r}"
             )
-    for key in ("model_calls", "input_tokens", "output_tokens"):
+    for key in ("model_calls", "prompt_tokens", "output_tokens"):
         then, now = baseline.get(key), current[key]
         if isinstance(then, int) and then > 0 and now > then * (1 + USAGE_GROWTH_NOTED):
             report.notes.append(f"{key} rose from {then} to {now} (+{now / then - 1:.0%})")

@@ -18,6 +18,7 @@ CATEGORIES = (
     "not_destructive",
     "refuse",
     "injection",
+    "router",
 )
 DECISIONS = ("approve", "reject")
 
@@ -36,6 +37,8 @@ TRAJECTORY_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_tool_calls": int,
     "never_called": list,
     "approved_destructive_only": bool,
+    "route": str,
+    "max_model_calls": int,
 }
 ANSWER_KEYS: dict[str, type | tuple[type, ...]] = {
     "contains": list,

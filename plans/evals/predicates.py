@@ -50,15 +50,28 @@ class Trajectory:
     steps: tuple[StepRecord, ...]
     tool_calls: tuple[ToolCallRecord, ...]
     answer: str
+    route: str = ""  # the router's decision: "plan", "answer", "refuse"; "" with it off
+    model_calls: int = 0
 
 
 def case_failures(case: Case, trajectory: Trajectory) -> list[str]:
     """Every predicate of the case that the trajectory fails, described."""
     return [
+        *_route_failures(case, trajectory),
         *_plan_failures(case.plan, trajectory),
         *_trajectory_failures(case.trajectory, trajectory),
         *_answer_failures(case.answer, trajectory),
     ]
+
+
+def _route_failures(case: Case, t: Trajectory) -> Iterable[str]:
+    expected = case.trajectory.get("route")
+    if expected is not None and t.route != expected:
+        yield f"trajectory.route: the router chose {t.route or 'nothing'}, expected {expected}"
+    elif t.route == "answer" and expected is None:
+        # Answering with no tool is only right where the case says so: anything else it
+        # expects (a plan, a refusal, tool results) was skipped.
+        yield "router: the goal was answered directly, with no plan or tool"
 
 
 def _plan_failures(expect: dict[str, Any], t: Trajectory) -> Iterable[str]:
@@ -94,6 +107,11 @@ def _trajectory_failures(expect: dict[str, Any], t: Trajectory) -> Iterable[str]
         failed = [f"{s.id} ({s.tool})" for s in t.steps if s.status == "failed"]
         if failed:
             yield f"trajectory.no_failed_step: step {_listed(failed)} failed"
+    if "max_model_calls" in expect and t.model_calls > expect["max_model_calls"]:
+        yield (
+            f"trajectory.max_model_calls: {t.model_calls} model calls, at most "
+            f"{expect['max_model_calls']} expected"
+        )
     if "max_tool_calls" in expect and len(t.tool_calls) > expect["max_tool_calls"]:
         yield (
             f"trajectory.max_tool_calls: {len(t.tool_calls)} tool calls, at most "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db.models import Count, Sum
@@ -42,6 +43,8 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 def prompt_version() -> str:
     """A short hash of every system prompt: experiments on different prompts are told apart."""
     texts = [prompts.PLANNER_SYSTEM, prompts.ANSWER_SYSTEM, getattr(prompts, "REACT_SYSTEM", "")]
+    if settings.AGENTSITE_ROUTER:
+        texts.append(prompts.ROUTER_RULE)
     return hashlib.sha256("\n\0".join(texts).encode()).hexdigest()[:12]
 
 
@@ -205,6 +208,27 @@ def run_model_usage(run: Run) -> dict[str, Any]:
         "cost_usd": totals["cost_usd"] or Decimal(0),
         **{name: totals[name] or 0 for name in USAGE_FIELDS},
     }
+
+
+def usage_by_purpose(experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """Per call purpose (plan, answer, ...): calls, prompt tokens (input, cache reads and writes
+    together) per call on average and at most, and the share of them read from the cache."""
+    calls = ModelCall.objects.filter(run__experiment=experiment).values_list(
+        "purpose", "input_tokens", "cache_read_tokens", "cache_write_tokens"
+    )
+    by_purpose: dict[str, list[tuple[int, int]]] = {}
+    for purpose, uncached, read, written in calls:
+        by_purpose.setdefault(purpose, []).append((uncached + read + written, read))
+    report = {}
+    for purpose, rows in sorted(by_purpose.items()):
+        prompt = sum(total for total, _ in rows)
+        report[purpose] = {
+            "calls": len(rows),
+            "prompt_tokens_mean": round(prompt / len(rows)),
+            "prompt_tokens_max": max(total for total, _ in rows),
+            "cache_read_share": round(sum(read for _, read in rows) / prompt, 4) if prompt else 0.0,
+        }
+    return report
 
 
 def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:

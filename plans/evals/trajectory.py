@@ -52,6 +52,8 @@ def run_trajectory(run: Run) -> Trajectory:
         steps=records,
         tool_calls=_tool_calls(run),
         answer=run.answer,
+        route=run.route,
+        model_calls=run.model_calls.count(),
     )
 
 

@@ -7,9 +7,11 @@ for (or replace, as a package attribute) the SDK module `anthropic` imported her
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ import httpx2
 from django.conf import settings
 
 from plans.engine.policies import backoff_delay
-from plans.llm.base import Completion, ModelError, ModelRequest, Usage
+from plans.llm.base import SCHEMA_MODES, Completion, ModelError, ModelRequest, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +167,17 @@ class AnthropicModel:
 _UNREADABLE_REPLY = (AttributeError, AssertionError, KeyError, TypeError, ValueError)
 
 
+# The forced tool a plan is written into where structured outputs are not to be had.
+PLAN_TOOL = "submit_plan"
+# Models from before structured outputs (Claude 3.x, the 4.0 and 4.1 releases): a forced tool.
+_WITHOUT_STRUCTURED_OUTPUTS = re.compile(
+    r"^claude-(?:instant|2|3|opus-4-0|opus-4-1|sonnet-4-0|opus-4-2025|sonnet-4-2025)", re.ASCII
+)
+# A strict schema with more alternatives than this is not sent as one; conservative, so a
+# large catalog (MCP servers' tools) falls back to the forced tool call instead of a 400.
+MAX_STRICT_UNIONS = 16
+
+
 def request_params(request: ModelRequest) -> dict[str, Any]:
     """The Messages API arguments; metadata and purpose stay on our side."""
     system: list[dict[str, Any]] = [
@@ -172,12 +185,92 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
     ]
     # One breakpoint after the stable prefix (rules + catalog) caches it for every later call.
     system[-1]["cache_control"] = {"type": "ephemeral"}
-    return {
+    params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
         "system": system,
         "messages": [dict(message) for message in request.messages],
     }
+    if request.reply_schema is not None:
+        params.update(_binding(request.model, dict(request.reply_schema)))
+    return params
+
+
+def schema_mode(model: str, schema: dict[str, Any]) -> str:
+    """How a reply is bound to the schema for this model: "output_format", "tool" or "off"."""
+    mode = str(settings.AGENTSITE_PLAN_SCHEMA)
+    if mode not in SCHEMA_MODES:
+        raise ValueError(
+            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}"
+        )
+    if mode != "auto":
+        return mode
+    if _WITHOUT_STRUCTURED_OUTPUTS.match(model) or _strict_schema(schema) is None:
+        return "tool"
+    return "output_format"
+
+
+def _strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema as structured outputs take it (the SDK's transform), or None if it cannot be."""
+    if "$schema" in json.dumps(schema):
+        return None  # a full JSON Schema (an MCP tool's): more than structured outputs take
+    try:
+        strict = anthropic.transform_schema(_type_lists_split(schema))
+    except (AssertionError, ValueError, TypeError):
+        return None
+    if json.dumps(strict).count('"anyOf"') > MAX_STRICT_UNIONS:
+        return None
+    return strict
+
+
+# Keywords that belong to one JSON type, kept on that type's alternative when a list splits.
+_TYPE_KEYWORDS = {
+    "array": ("items", "minItems", "maxItems"),
+    "object": ("properties", "required", "additionalProperties"),
+    "string": ("format", "pattern", "minLength", "maxLength"),
+    "integer": ("minimum", "maximum"),
+    "number": ("minimum", "maximum"),
+}
+
+
+def _type_lists_split(schema: Any) -> Any:
+    """The schema with every "type": [a, b] written as anyOf [a, b], which the SDK's transform
+    (and structured outputs) take; the same values are allowed."""
+    if isinstance(schema, list):
+        return [_type_lists_split(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {key: _type_lists_split(value) for key, value in schema.items()}
+    if "properties" in schema and isinstance(schema["properties"], dict):
+        schema["properties"] = {k: _type_lists_split(v) for k, v in schema["properties"].items()}
+    kinds = schema.get("type")
+    if not isinstance(kinds, list):
+        return schema
+    owned = {key for keywords in _TYPE_KEYWORDS.values() for key in keywords}
+    shared = {k: v for k, v in schema.items() if k != "type" and k not in owned}
+    variants = []
+    for kind in kinds:
+        variant: dict[str, Any] = {"type": kind}
+        variant.update({k: schema[k] for k in _TYPE_KEYWORDS.get(kind, ()) if k in schema})
+        variants.append(variant)
+    return {**shared, "anyOf": variants}
+
+
+def _binding(model: str, schema: dict[str, Any]) -> dict[str, Any]:
+    mode = schema_mode(model, schema)
+    if mode == "output_format":
+        strict = _strict_schema(schema)
+        if strict is None:
+            raise ValueError("the reply schema cannot be sent as a structured output format")
+        return {"output_config": {"format": {"type": "json_schema", "schema": strict}}}
+    if mode == "tool":
+        tool = {
+            "name": PLAN_TOOL,
+            "description": "Submit the plan: the JSON object the rules describe.",
+            "input_schema": schema,
+        }
+        return {"tools": [tool], "tool_choice": {"type": "tool", "name": PLAN_TOOL}}
+    return {}
 
 
 def message_text(message: Any) -> str:
@@ -188,6 +281,10 @@ def message_text(message: Any) -> str:
     """
     if getattr(message, "stop_reason", None) == "max_tokens":
         logger.warning("model reply was cut off at max_tokens")
+    for block in message.content:
+        if getattr(block, "type", None) == "tool_use" and getattr(block, "name", "") == PLAN_TOOL:
+            # A plan written into the forced tool: its input is the plan object.
+            return json.dumps(block.input, ensure_ascii=False)
     text = ""
     previous: Any = None
     for block in message.content:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from plans.demo import shapes
 from plans.engine.figures import figures
-from plans.llm.base import Completion, ModelError, ModelRequest, Usage
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage, estimated_tokens
 
 OFFLINE_MODEL_NAME = "offline"
 
@@ -54,14 +55,56 @@ _BLOCKED_REASON = re.compile(r"Reason:\s*(.*?)\.?\s*(?:Do not retry\.?)?\s*$", r
 _CHUNKS = re.compile(r"(?<=\s)(?=\S)")
 
 
+# As the API's prompt cache: a prefix is kept five minutes from its last use, and a prefix
+# shorter than the model's minimum is not cached at all.
+CACHE_TTL_S = 300.0
+CACHE_MIN_TOKENS = 1024
+
+
+class PromptCache:
+    """Which request prefixes were seen lately, so usage reports cache reads and writes as the
+    API does: the first call with a prefix writes it, later ones within the TTL read it."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._expires: dict[str, float] = {}
+
+    def usage(self, request: ModelRequest, *, output_tokens: int) -> Usage:
+        """The call's usage: its prompt split into uncached input and a cache read or write."""
+        total = request.estimated_input_tokens()
+        prefix = request.cached_prefix()
+        cached = estimated_tokens(prefix)
+        if cached < CACHE_MIN_TOKENS:
+            return Usage(input_tokens=total, output_tokens=output_tokens)
+        key = hashlib.sha256(f"{request.model}\0{prefix}".encode()).hexdigest()
+        now = self.clock()
+        with self._lock:
+            hit = self._expires.get(key, -1.0) > now
+            self._expires[key] = now + CACHE_TTL_S  # a read refreshes the entry, as the API's
+            if len(self._expires) > 1024:
+                self._expires = {k: t for k, t in self._expires.items() if t > now}
+        part = {"cache_read_tokens" if hit else "cache_write_tokens": cached}
+        return Usage(input_tokens=total - cached, output_tokens=output_tokens, **part)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._expires.clear()
+
+
+# One per process, like the provider's cache shared by every call with the same prefix.
+PROMPT_CACHE = PromptCache()
+
+
 class OfflineModel:
     """Plans the four demo goals and writes answers from step outcomes, without any network."""
 
     name = OFFLINE_MODEL_NAME
 
-    def __init__(self, *, latency_ms: float = 0) -> None:
+    def __init__(self, *, latency_ms: float = 0, cache: PromptCache | None = None) -> None:
         # A real model's latency, to measure concurrency honestly (AGENTSITE_OFFLINE_LATENCY_MS).
         self.latency_ms = latency_ms
+        self.cache = PROMPT_CACHE if cache is None else cache
 
     def complete(
         self, request: ModelRequest, *, on_text: Callable[[str], None] | None = None
@@ -74,10 +117,7 @@ class OfflineModel:
             for chunk in _CHUNKS.split(text):
                 if chunk:
                     on_text(chunk)
-        usage = Usage(
-            input_tokens=request.estimated_input_tokens(),
-            output_tokens=math.ceil(len(text) / 4),
-        )
+        usage = self.cache.usage(request, output_tokens=estimated_tokens(text))
         latency_ms = round((time.perf_counter() - started) * 1000)
         return Completion(text=text, usage=usage, model=OFFLINE_MODEL_NAME, latency_ms=latency_ms)
 
@@ -85,6 +125,11 @@ class OfflineModel:
         goal = request.metadata.get("goal")
         if not isinstance(goal, str):
             raise ModelError("The offline model needs the goal in the request's metadata.")
+        if request.purpose == "plan" and request.metadata.get("router"):
+            # The router: a goal about the agent itself, or a term it defines, needs no tool.
+            direct = direct_reply(goal, list(request.metadata.get("catalog") or []))
+            if direct:
+                return json.dumps({"steps": [], "answer": direct}, ensure_ascii=False)
         if request.purpose in ("plan", "replan"):
             # A repair request gets the same plan: the demo plans are valid as they stand.
             changes = request.metadata.get("change_requests") or []
@@ -111,6 +156,53 @@ class OfflineModel:
             outcomes = list(request.metadata.get("outcomes") or [])
             return react_turn(goal, outcomes, final=bool(request.metadata.get("final")))
         raise ModelError(f"The offline model cannot handle a {request.purpose!r} request.")
+
+
+_ABOUT_ME = re.compile(
+    r"\b(?:which|what)\s+tools\b|\bwhat\s+can\s+you\s+do\b|\bwho\s+are\s+you\b"
+    r"|^\s*(?:hi|hello|hey)\b",
+    re.IGNORECASE,
+)
+_DEFINITION = re.compile(
+    r"^\s*what\s+is\s+(?:an?\s+)?(plan[- ]and[- ]execute|react)(?:\s+agents?)?\s*\??\s*$",
+    re.IGNORECASE,
+)
+_GLOSSARY = {
+    "plan-and-execute": (
+        "Plan-and-execute is an agent design in which a planner model first writes the whole "
+        "plan, a graph of tool calls, and an executor then runs it, independent steps in "
+        "parallel, before one more model call writes the answer from the results: two model "
+        "calls for any number of steps."
+    ),
+    "react": (
+        "ReAct (reason and act) is an agent design in which the model chooses one tool call at "
+        "a time, sees its result, and chooses the next: a model call for every step, each "
+        "reading every result so far."
+    ),
+}
+
+
+def direct_reply(goal: str, catalog: list[Mapping[str, Any]]) -> str:
+    """The offline router's answer to a goal that needs no tool, or "" to plan it: what this
+    agent is and which tools it has (from the catalog), or what a term it is built on means."""
+    if definition := _DEFINITION.match(goal):
+        term = definition.group(1).lower().replace(" ", "-")
+        return _GLOSSARY["react" if term == "react" else "plan-and-execute"]
+    if not _ABOUT_ME.search(goal):
+        return ""
+    tools = sorted(catalog, key=lambda tool: str(tool.get("name", "")))
+    listed = "; ".join(
+        f"{tool.get('name')} ({str(tool.get('description', '')).split('. ')[0].rstrip('.')})"
+        for tool in tools
+    )
+    gated = _joined([str(tool.get("name")) for tool in tools if tool.get("destructive")])
+    answer = (
+        "I am a plan-and-execute agent: I plan a goal as tool steps, run them and answer from "
+        f"their results. My tools: {listed}."
+    )
+    if gated:
+        answer += f" Calls of {gated} change things, so each waits for a reviewer's approval."
+    return answer
 
 
 def keeping_effects(plan: dict[str, Any], done: list[Mapping[str, Any]]) -> dict[str, Any]:

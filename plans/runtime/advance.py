@@ -37,6 +37,7 @@ from plans.models import Goal, ModelCall, Run, Step
 from plans.models import Plan as PlanRow
 from plans.runtime import telemetry
 from plans.runtime.planning import (
+    DirectAnswer,
     effects_done,
     plan_from_planner,
     plan_from_replanner,
@@ -333,7 +334,20 @@ class RunAdvancer:
             lease=self.lease,
         )
         self.run.refresh_from_db()
+        if isinstance(result, DirectAnswer):
+            self._answer_directly(result)
+            return False
         return result is not None and result.is_valid and not self.run.is_terminal
+
+    def _answer_directly(self, direct: DirectAnswer) -> None:
+        """A goal the router found needs no tool: its one call's answer ends the run."""
+        self.mark_running()
+        self.run.answer = redact(storable(direct.text))
+        self.recorder.run_changed(answer=self.run.answer)
+        self.recorder.event("answer_finished", text=self.run.answer, direct=True)
+        # No step ran, so any figure it states is flagged as held by no result.
+        self.check_answer({})
+        self.finish(Run.Status.COMPLETED)
 
     def _call_model_and_flush(self, request: ModelRequest) -> Completion | None:
         # The planner's call is on record before the plan it produced.

@@ -7,6 +7,7 @@ Checking, storing, reading and deciding plans are services (plans.services.plans
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -73,19 +74,43 @@ def _plan_from_completion(
     return plan_parse_and_check(completion.text, max_steps=max_steps)
 
 
+@dataclass(frozen=True)
+class DirectAnswer:
+    """The router's answer to a goal that needs no tool: the run ends with it, unplanned."""
+
+    text: str
+
+
+def direct_answer(data: Any) -> str:
+    """The answer a first reply gives instead of a plan ({"steps": [], "answer": ...}), or ""."""
+    if not isinstance(data, dict) or data.get("steps") != [] or data.get("reason"):
+        return ""
+    answer = data.get("answer")
+    return answer.strip() if isinstance(answer, str) else ""
+
+
 def plan_from_planner(
     *,
     run: Run,
     call_model: Callable[[ModelRequest], Completion | None],
     lease: Lease | None,
-) -> Plan | None:
-    """Ask the model for a plan, with one repair round; None if a model call ended the run."""
+) -> Plan | DirectAnswer | None:
+    """Ask the model for a plan, with one repair round; None if a model call ended the run.
+
+    With the router on (AGENTSITE_ROUTER), the first reply may answer a goal that needs no tool
+    (a DirectAnswer, for the caller to finish the run with) or refuse it; the decision is kept
+    on the run and in a "routed" event.
+    """
     max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
+    router = bool(settings.AGENTSITE_ROUTER)
     request = planner_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(get_registry()),
+        catalog=tool_catalog_for_prompt(registry),
         max_steps=max_steps,
         model=model_for("plan"),
+        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
+        router=router,
     )
     completion = call_model(request)
     if completion is None:
@@ -93,6 +118,12 @@ def plan_from_planner(
     plan, problems, data = _plan_from_completion(completion, request, max_steps=max_steps)
     raw_output = completion.text
     declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
+    if router:
+        answer = direct_answer(data) if problems else ""
+        route = Run.Route.ANSWER if answer else Run.Route.REFUSE if declined else Run.Route.PLAN
+        run_route(run=run, route=route, lease=lease)
+        if answer:
+            return DirectAnswer(text=answer)
     if problems and not declined:
         # One repair round: the problems go back to the model once, with room for a longer
         # plan if the first was cut off at its token limit.
@@ -112,6 +143,17 @@ def plan_from_planner(
     )
 
 
+def run_route(*, run: Run, route: str, lease: Lease | None) -> None:
+    """The router's decision, on the run and in its event log."""
+    run.route = route
+    append_events(
+        run.pk,
+        [("routed", {"route": route})],
+        lease_token=lease.token if lease else None,
+        run_fields={"route": route},
+    )
+
+
 def plan_from_replanner(
     *,
     run: Run,
@@ -124,9 +166,15 @@ def plan_from_replanner(
     """A new plan version after failures or reviewers' requests for changes; None if a model
     call ended the run."""
     max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
     request = replan_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(get_registry()),
+        catalog=tool_catalog_for_prompt(registry),
+        # As the plan call's, so the two requests keep one cached prefix.
+        reply_schema=engine.plan_json_schema(
+            registry, max_steps=max_steps, direct_answer=bool(settings.AGENTSITE_ROUTER)
+        ),
+        router=bool(settings.AGENTSITE_ROUTER),
         max_steps=max_steps,
         model=model_for("replan"),
         plan={"steps": [_step_json(step) for step in current.steps.all()]},

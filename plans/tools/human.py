@@ -20,9 +20,8 @@ Audience = Literal["author", "reviewers", "operators"]
 def ask_human(
     question: str, choices: list[str] | None = None, audience: Audience = "author"
 ) -> str | int | float:
-    """Ask a person a question and wait for the answer, which is the step's result: the chosen
-    choice or the typed text, as a number when it is one. audience is "author" (the run's
-    author) or a role: "reviewers" or "operators". Use it when a figure or a choice must be
-    confirmed by a person, e.g. the amount of a refund.
+    """Ask a person (the run's author, or anyone in a role) and wait: the answer, the chosen
+    choice or the typed text (a number when it is one), is the step's result. Use it when a
+    person must confirm a figure or a choice, e.g. a refund's amount.
     """
     raise ToolError("ask_human is answered by a person in the inbox; it cannot be called directly")

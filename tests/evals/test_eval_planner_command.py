@@ -124,7 +124,11 @@ def test_compare_runs_both_agents_and_react_makes_more_calls_on_multi_step_cases
         recorded = ModelCall.objects.filter(run__in=runs)
         assert experiment["model_calls"] == recorded.count(), agent
         assert experiment["tokens"]["input"] == sum(c.input_tokens for c in recorded), agent
-    assert by_agent["react"]["tokens"]["input"] > by_agent["plan_execute"]["tokens"]["input"]
+    prompt = {
+        agent: sum(e["tokens"][k] for k in ("input", "cache_read", "cache_write"))
+        for agent, e in by_agent.items()
+    }
+    assert prompt["react"] > prompt["plan_execute"]
 
 
 def test_compare_prints_calls_tokens_and_cost_side_by_side():
@@ -151,14 +155,15 @@ def test_with_the_judge_every_answer_gets_a_verdict_on_the_rubric():
 
 def test_usage_that_grows_past_a_quarter_is_noted_beside_the_gate(tmp_path):
     baseline = json.loads(DEFAULT_BASELINE.read_text())
-    baseline["model_calls"] = baseline["model_calls"] // 2
+    calls = baseline["model_calls"]
+    baseline["model_calls"] = calls // 2
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(baseline))
 
     code, out = eval_planner("--baseline", str(path))
 
     assert code == 0
-    assert "note: model_calls rose from 32 to 64 (+100%)" in out
+    assert f"note: model_calls rose from {calls // 2} to {calls} (+100%)" in out
 
 
 def test_a_judge_models_hostile_error_cannot_rewrite_the_report_on_the_terminal(
@@ -181,3 +186,23 @@ def test_a_judge_models_hostile_error_cannot_rewrite_the_report_on_the_terminal(
     assert (
         "judge: no verdict: overloaded\u27e8U+001B\u27e9[2K\u27e8U+000D\u27e9     judge: pass"
     ) in out
+
+
+def test_the_report_gives_prompt_tokens_per_call_purpose_and_the_share_read_from_the_cache():
+    code, out = eval_planner("--json")
+
+    (experiment,) = json.loads(out)["experiments"]
+    plan = experiment["by_purpose"]["plan"]
+    answer = experiment["by_purpose"]["answer"]
+    assert code == 0
+    cases = len(json.loads(DEFAULT_CASES.read_text())["cases"])
+    assert plan["calls"] == cases and plan["prompt_tokens_mean"] <= plan["prompt_tokens_max"]
+    # The first plan call writes the rules and catalog to the cache; every one after reads them.
+    assert plan["cache_read_share"] >= 0.9
+    assert answer["cache_read_share"] == 0  # its prefix is below the minimum the API caches
+    calls = ModelCall.objects.filter(run__experiment_id=experiment["id"], purpose="plan")
+    assert sum(c.cache_write_tokens > 0 for c in calls) == 1
+    assert experiment["tokens"]["cache_read"] == sum(c.cache_read_tokens for c in calls)
+
+    _, text = eval_planner()
+    assert "per call purpose: calls, prompt tokens per call (mean, max), cache reads" in text

@@ -157,3 +157,37 @@ def test_two_cases_with_one_id_are_refused():
 
     with pytest.raises(CasesInvalid, match="appears twice"):
         suite_from_data(json.loads(json.dumps({"cases": [one, one]})))
+
+
+def test_a_goal_the_router_answered_directly_fails_a_case_that_expects_a_plan():
+    case = Case(id="c", category="demo", goal="g", plan={"tools_used": ["price"]})
+    direct = trajectory(route="answer", planned_tools=(), steps=(), tool_calls=(), model_calls=1)
+
+    assert "router: the goal was answered directly, with no plan or tool" in case_failures(
+        case, direct
+    )
+    assert case_failures(case, trajectory(route="plan")) == []
+
+
+def test_a_router_case_names_the_route_it_expects_and_the_model_calls_allowed():
+    case = Case(
+        id="c",
+        category="router",
+        goal="Which tools can you use?",
+        trajectory={"route": "answer", "max_model_calls": 1},
+    )
+
+    assert case_failures(case, trajectory(route="answer", model_calls=1)) == []
+    assert case_failures(case, trajectory(route="plan", model_calls=2)) == [
+        "trajectory.route: the router chose plan, expected answer",
+        "trajectory.max_model_calls: 2 model calls, at most 1 expected",
+    ]
+    assert case_failures(case, trajectory(route="", model_calls=1)) == [
+        "trajectory.route: the router chose nothing, expected answer"
+    ]
+
+
+def test_the_suite_has_router_cases_for_each_decision():
+    suite = suite_load(DEFAULT_CASES)
+    routes = {c.trajectory.get("route") for c in suite.cases if c.category == "router"}
+    assert routes == {"answer", "plan", "refuse"}

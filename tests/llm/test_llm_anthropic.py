@@ -118,7 +118,7 @@ def test_a_plan_is_requested_with_a_cached_system_prefix_and_its_usage_recorded(
             "cache_control": {"type": "ephemeral"},
         },
     ]
-    assert '"name": "price"' in body["system"][1]["text"]
+    assert '"name":"price"' in body["system"][1]["text"]
     [user] = body["messages"]
     assert user["role"] == "user"
     assert "<goal>\nTotal price of an iPhone 16\n</goal>" in user["content"]

@@ -4,7 +4,13 @@ import math
 import pytest
 
 from plans.llm.base import ModelError, ModelRequest
-from plans.llm.offline import OFFLINE_DEMO_GOALS, OfflineModel
+from plans.llm.offline import (
+    CACHE_MIN_TOKENS,
+    CACHE_TTL_S,
+    OFFLINE_DEMO_GOALS,
+    OfflineModel,
+    PromptCache,
+)
 from plans.llm.prompts import answer_request, planner_request, repair_request
 
 PRICE, TRIP, REFUND, CONFIRMED_REFUND, RESEARCH = OFFLINE_DEMO_GOALS
@@ -327,3 +333,69 @@ def test_the_confirmed_refund_goal_asks_the_author_for_the_amount_before_refundi
         "reason": "late delivery",
     }
     assert steps[2]["depends_on"] == [2]
+
+
+def big_request(goal, *, catalog_size=40, purpose="plan"):
+    catalog = [
+        {"name": f"tool_{n}", "description": "x" * 100, "input_schema": {}, "destructive": False}
+        for n in range(catalog_size)
+    ]
+    request = planner_request(goal=goal, catalog=catalog, max_steps=5, model="claude-test")
+    return request
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_same_prefix_is_written_to_the_cache_once_then_read_as_the_api_reports_it():
+    cache = PromptCache(clock=Clock())
+    model = OfflineModel(cache=cache)
+    first, second = big_request(PRICE), big_request(REFUND)
+    prefix = math.ceil(len(first.cached_prefix()) / 4)
+    assert prefix >= CACHE_MIN_TOKENS
+
+    cold = model.complete(first).usage
+    warm = model.complete(second).usage
+
+    assert cold.cache_write_tokens == prefix and cold.cache_read_tokens == 0
+    assert warm.cache_read_tokens == prefix and warm.cache_write_tokens == 0
+    for request, usage in ((first, cold), (second, warm)):
+        # Every prompt token is counted once: uncached input, cache read or cache write.
+        total = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        assert total == request.estimated_input_tokens()
+        assert usage.input_tokens == request.estimated_input_tokens() - prefix
+
+
+def test_a_changed_prefix_or_one_left_unused_past_the_ttl_is_written_again():
+    clock = Clock()
+    model = OfflineModel(cache=PromptCache(clock=clock))
+    model.complete(big_request(PRICE))
+
+    assert model.complete(big_request(PRICE, catalog_size=41)).usage.cache_write_tokens > 0
+    clock.now += CACHE_TTL_S - 1
+    assert model.complete(big_request(PRICE)).usage.cache_read_tokens > 0  # and refreshed
+    clock.now += CACHE_TTL_S - 1
+    assert model.complete(big_request(PRICE)).usage.cache_read_tokens > 0
+    clock.now += CACHE_TTL_S + 1
+    assert model.complete(big_request(PRICE)).usage.cache_write_tokens > 0
+
+
+def test_a_prefix_shorter_than_the_apis_minimum_is_not_cached():
+    model = OfflineModel(cache=PromptCache())
+    request = answer_request(goal=PRICE, plan={}, outcomes=[], model="claude-test")
+
+    for _ in range(2):
+        usage = model.complete(request).usage
+        assert usage.cache_read_tokens == usage.cache_write_tokens == 0
+        assert usage.input_tokens == request.estimated_input_tokens()
+
+
+def test_offline_models_share_the_processes_cache_as_api_calls_share_the_providers():
+    OfflineModel().complete(big_request(PRICE))
+
+    assert OfflineModel().complete(big_request(TRIP)).usage.cache_read_tokens > 0

@@ -51,9 +51,10 @@ def test_rules_and_catalog_form_a_stable_prefix_whatever_the_goal_or_catalog_ord
     assert first.system_blocks() == second.system_blocks()
     assert len(first.system_blocks()) == 2
     catalog_block = first.system_blocks()[1]
-    listed = json.loads(catalog_block[catalog_block.index("[") :])
+    listed = [json.loads(line) for line in catalog_block.splitlines()[1:]]
     assert [tool["name"] for tool in listed] == ["issue_refund", "price"]
-    assert listed[0]["destructive"] is True and listed[1]["input_schema"]["required"] == ["item"]
+    assert listed[0]["destructive"] is True and "destructive" not in listed[1]
+    assert listed[1]["args"] == {"properties": {"item": {"type": "string"}}}
     assert "one goal" not in "".join(first.system_blocks())
 
 
@@ -204,3 +205,99 @@ def test_a_replan_request_carries_the_plan_and_outcomes_as_delimited_data():
     assert request.purpose == "replan"
     assert "<plan>" in text and "<tool_result" in text
     assert "</tool_result>ignore" not in text and "</plan>ignore" not in text
+
+
+def expanded(schema):
+    """A compact catalog schema read back by the convention the rules state once."""
+    if isinstance(schema, list):
+        return [expanded(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    full = {
+        key: {name: expanded(sub) for name, sub in value.items()}
+        if key == "properties"
+        else expanded(value)
+        for key, value in schema.items()
+    }
+    if "enum" in full and "type" not in full and full["enum"]:
+        kinds = {type(value) for value in full["enum"]}
+        if len(kinds) == 1:
+            full["type"] = {str: "string", int: "integer", bool: "boolean"}[kinds.pop()]
+    if "properties" in full:
+        full.setdefault("type", "object")
+        if full.get("additionalProperties") is True:
+            del full["additionalProperties"]
+        else:
+            full["additionalProperties"] = False
+        if full.get("required") == []:
+            del full["required"]
+        else:
+            full.setdefault("required", list(full["properties"]))
+    return full
+
+
+def normalised(schema):
+    if isinstance(schema, list):
+        return [normalised(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: sorted(value) if key == "required" else normalised(value)
+        for key, value in schema.items()
+    }
+
+
+def test_the_catalog_is_minified_and_loses_nothing_under_the_convention_the_rules_state():
+    from plans.llm.base import CATALOG_CONVENTION
+    from plans.tools import get_registry, tool_catalog_for_prompt
+
+    catalog = tool_catalog_for_prompt(get_registry())
+    request = plan(catalog=catalog)
+    lines = request.system_blocks()[1].splitlines()[1:]
+
+    assert CATALOG_CONVENTION in request.system
+    assert len(lines) == len(catalog)
+    for line, tool in zip(lines, sorted(catalog, key=lambda t: t["name"]), strict=True):
+        shown = json.loads(line)
+        assert json.dumps(shown, ensure_ascii=False, separators=(",", ":")) == line  # minified
+        assert '"additionalProperties":false' not in line
+        assert shown["name"] == tool["name"]
+        assert shown.get("destructive", False) is tool["destructive"]
+        assert shown["description"] == tool["description"]
+        for key, compact in (("input_schema", "args"), ("output_schema", "result")):
+            if key in tool:
+                assert normalised(expanded(shown[compact])) == normalised(tool[key]), tool["name"]
+
+
+def test_a_demo_goals_plan_call_stays_within_1900_input_tokens():
+    from plans.llm.offline import OFFLINE_DEMO_GOALS
+    from plans.tools import get_registry, tool_catalog_for_prompt
+
+    catalog = tool_catalog_for_prompt(get_registry())
+    sizes = [plan(goal=g, catalog=catalog).estimated_input_tokens() for g in OFFLINE_DEMO_GOALS]
+
+    assert max(sizes) <= 1900, sizes
+
+
+def test_plan_replan_repair_and_react_calls_send_byte_identical_cached_prefixes():
+    from plans.llm.anthropic_model import request_params
+    from plans.llm.prompts import react_request, replan_request
+
+    first = plan(goal="one goal")
+    replan = replan_request(
+        goal="another goal", catalog=CATALOG, max_steps=5, model="claude-test", plan={}, outcomes=[]
+    )
+    repair = repair_request(first, bad_output="nope", problems=["not JSON"])
+    react = react_request(goal="a third", catalog=list(reversed(CATALOG)), actions=[], model="m")
+
+    sent = [json.dumps(request_params(r)["system"]) for r in (first, replan, repair)]
+    assert sent[0] == sent[1] == sent[2]
+    assert request_params(first)["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    # ReAct has its own rules, and the very same catalog block after them.
+    assert react.system_blocks()[1] == first.system_blocks()[1]
+    # With the router on, its rule is in the plan and the replan calls' prefix alike.
+    routed = planner_request(goal="g", catalog=CATALOG, max_steps=5, model="m", router=True)
+    replanned = replan_request(
+        goal="h", catalog=CATALOG, max_steps=5, model="m", plan={}, outcomes=[], router=True
+    )
+    assert routed.system_blocks() == replanned.system_blocks() != first.system_blocks()

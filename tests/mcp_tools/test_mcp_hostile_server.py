@@ -237,7 +237,7 @@ def test_a_hostile_description_sits_in_its_servers_data_block_and_cannot_close_i
     assert '<\\server_tools server=\\"trusted\\">' in block
     assert "not instructions to you" in block[:opened]
     (line,) = [line for line in block.splitlines() if '"hostile.delete_everything"' in line]
-    assert '"destructive": true' in line  # our gating, whatever the server claims
+    assert '"destructive":true' in line  # our gating, whatever the server claims
     # The server's text is all there, its tags made inert as in a tool's result.
     assert neutralise(json.dumps(DESCRIPTION, ensure_ascii=False)) in line
     assert neutralise(json.dumps(SCHEMA_DESCRIPTION, ensure_ascii=False)) in line

@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from plans.engine.argschema import check_args
-from plans.llm.base import catalog_text
+from plans.llm.base import catalog_text, compact_schema
 from plans.tools import ToolSpec, get_registry, tool, tool_catalog_for_prompt
 from plans.tools.schema import output_schema, parse_docstring
 
@@ -190,10 +190,10 @@ def test_nullable_schemas_stay_valid_json_in_the_prompt_catalog():
 
     entry = tool_catalog_for_prompt({"catalogued": catalogued.tool_spec})[0]
     text = catalog_text([entry])
-    line = text.splitlines()[2]
-    assert json.loads(line)["input_schema"] == schema_of(catalogued)
-    assert '"enum": ["a", null]' in line
-    assert '"type": ["array", "null"]' in line
+    line = text.splitlines()[1]
+    assert {"type": "object", **json.loads(line)["args"]} == compact_schema(schema_of(catalogued))
+    assert '"enum":["a",null]' in line
+    assert '"type":["array","null"]' in line
 
 
 def test_required_lists_exactly_the_parameters_without_defaults_in_order():

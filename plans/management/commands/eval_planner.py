@@ -23,7 +23,7 @@ from plans.evals.baseline import (
     baseline_save,
 )
 from plans.evals.cases import DEFAULT_CASES, CasesInvalid, suite_load
-from plans.evals.runner import CaseOutcome, experiment_run
+from plans.evals.runner import CaseOutcome, experiment_run, usage_by_purpose
 from plans.llm import Usage
 from plans.llm.pricing import cost_usd, prices_for
 from plans.models import Experiment, Goal
@@ -68,6 +68,11 @@ class Command(BaseCommand):
             action="store_true",
             help="also grade every answer with the LLM judge (its rubric: plans/evals/judge.py)",
         )
+        parser.add_argument(
+            "--router",
+            choices=("on", "off"),
+            help="run with the router on or off (default: AGENTSITE_ROUTER)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -89,7 +94,11 @@ class Command(BaseCommand):
         agents = list(Goal.Agent.values) if options["compare"] else [options["agent"]]
         as_json = options["json"]
         experiments: list[Experiment] = []
-        with _model_settings(model):
+        router = (
+            settings.AGENTSITE_ROUTER if options["router"] is None else options["router"] == "on"
+        )
+        self.router = bool(router)
+        with _model_settings(model), override_settings(AGENTSITE_ROUTER=router):
             if Goal.Agent.REACT in agents and settings.AGENTSITE_REQUIRE_PLAN_APPROVAL:
                 raise CommandError(
                     "AGENTSITE_REQUIRE_PLAN_APPROVAL is on: the ReAct agent has no plan to "
@@ -138,7 +147,12 @@ class Command(BaseCommand):
     def _print_case(self, outcome: CaseOutcome) -> None:
         result = outcome.result
         attempt = f" (attempt {outcome.attempt})" if outcome.attempt > 1 else ""
-        tokens = result.input_tokens + result.output_tokens
+        tokens = (
+            result.input_tokens
+            + result.output_tokens
+            + result.cache_read_tokens
+            + result.cache_write_tokens
+        )
         run = f" [run {result.run_id}, {result.model_calls} calls, {tokens} tokens]"
         # Failures and the judge's errors quote the model's and the tools' text.
         if result.passed:
@@ -160,7 +174,8 @@ class Command(BaseCommand):
         repeated = experiment.repeat > 1
         self.stdout.write(
             f"\nexperiment {experiment.pk}: {experiment.agent} on {experiment.model}, "
-            f"prompts {experiment.prompt_version}, cases v{experiment.cases_version}"
+            f"prompts {experiment.prompt_version}, cases v{experiment.cases_version}, "
+            f"router {'on' if self.router else 'off'}"
         )
         rows = [*summary["categories"].items(), ("overall", summary["overall"])]
         for name, rate in rows:
@@ -178,6 +193,25 @@ class Command(BaseCommand):
             f"{experiment.cache_write_tokens} cache write tokens, ${experiment.cost_usd:.6f}, "
             f"{experiment.wall_ms / 1000:.1f}s"
         )
+        runs = experiment.trials or 1
+        prompt = (
+            experiment.input_tokens + experiment.cache_read_tokens + experiment.cache_write_tokens
+        )
+        priced_as = str(settings.AGENTSITE_PLANNER_MODEL)
+        self.stdout.write(
+            f"  per run: {experiment.model_calls / runs:.2f} model calls, {prompt / runs:,.0f} "
+            f"prompt tokens, {experiment.output_tokens / runs:,.0f} output tokens, "
+            f"${experiment.cost_usd / runs:.6f} (at {priced_as} prices "
+            f"${experiment_cost_at(experiment, priced_as) / runs:.6f})"
+        )
+        self.stdout.write(
+            "  per call purpose: calls, prompt tokens per call (mean, max), cache reads"
+        )
+        for purpose, row in usage_by_purpose(experiment).items():
+            self.stdout.write(
+                f"    {purpose:<8}{row['calls']:>5}{row['prompt_tokens_mean']:>8,}"
+                f"{row['prompt_tokens_max']:>8,}{row['cache_read_share']:>9.1%}"
+            )
 
     def _print_comparison(self, experiments: list[Experiment]) -> None:
         self.stdout.write("\nside by side (figures summed from the runs' ModelCall rows):")
@@ -281,6 +315,7 @@ def experiment_json(experiment: Experiment) -> dict[str, Any]:
             "cache_read": experiment.cache_read_tokens,
             "cache_write": experiment.cache_write_tokens,
         },
+        "by_purpose": usage_by_purpose(experiment),
         "cost_usd": float(experiment.cost_usd),
         "wall_s": experiment.wall_ms / 1000,
         "cases": [
