@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('plans', '0025_task_path_moved_to_journal'),
+        ('plans', '0026_spend_rollup_one_hour_cache_writes_and_web_searches'),
     ]
 
     operations = [
