@@ -33,6 +33,14 @@ from plans.engine.policies import (
     past_effect_for,
     past_effects,
 )
+from plans.engine.previews import (
+    Preview,
+    PreviewInvalid,
+    preview_changes,
+    preview_data,
+    preview_failed,
+    preview_version,
+)
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import (
     PLACEHOLDER,
@@ -63,6 +71,8 @@ __all__ = [
     "PlanInvalid",
     "PlanParseError",
     "PlanStep",
+    "Preview",
+    "PreviewInvalid",
     "Problem",
     "Scheduler",
     "ToolSignature",
@@ -90,6 +100,10 @@ __all__ = [
     "past_effects",
     "placeholder_refs",
     "placeholders",
+    "preview_changes",
+    "preview_data",
+    "preview_failed",
+    "preview_version",
     "resolve",
     "rounds",
     "storable",
