@@ -122,6 +122,7 @@ class CallsInFlight(StepsState):
             "approval_stale",
             step=step.step_id,
             tool=step.tool,
+            round=step.round,
             approval=approval.pk,
             approved_version=approval.target_version,
             current_version=preview_version(outcome.recheck.preview),
