@@ -267,7 +267,9 @@ def _tooltip(step: Step, decision: Approval | None = None) -> str:
         lines.append(f"{why}: {error}" if why and not said else error[:1].upper() + error[1:])
     if step.destructive and decision is not None:
         lines += _preview_lines(decision)
-    return _shorten(_visible(shown_text("\n".join(lines))), TOOLTIP_CHARS) if lines else ""
+    # Line by line: a line break is kept as one (what a title shows), other controls are not.
+    text = "\n".join(_visible(shown_text(line)) for line in "\n".join(lines).split("\n"))
+    return _shorten(text, TOOLTIP_CHARS)
 
 
 def _preview_lines(decision: Approval) -> list[str]:
