@@ -86,9 +86,7 @@ class CallsInFlight(StepsState):
         if step.destructive:
             self._effect_may_happen()
         if outcome.recheck is not None:
-            self._record_preview(
-                step, step.resolved_args or {}, outcome.recheck, purpose=ToolPreview.Purpose.LAUNCH
-            )
+            self._record_preview(step, outcome.recheck, purpose=ToolPreview.Purpose.LAUNCH)
         if outcome.stale is not None and call not in self.overdue:
             self._went_stale(step, outcome)
             return

@@ -274,8 +274,8 @@ class Launching(StepsState):
         Waited for here: a request is asked once per destructive step, and its card needs it.
         """
         with waiting():  # the hook's wait: this run's worker slot serves others meanwhile
-            taken = preview_take(spec, args, pool=self.pool)
-        self._record_preview(step, args, taken, purpose=purpose)
+            taken = preview_take(spec, args, pool=self.pool, idempotency_key=step.idempotency_key)
+        self._record_preview(step, taken, purpose=purpose)
         return taken.preview
 
     def _ask_human(self, step: Step, args: dict[str, Any]) -> None:

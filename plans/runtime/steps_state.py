@@ -109,16 +109,14 @@ class StepsState:
     def _start_launched(self, pool: ToolThreads) -> None:
         raise NotImplementedError
 
-    def _record_preview(
-        self, step: Step, args: dict[str, Any], taken: PreviewTaken, *, purpose: str
-    ) -> None:
+    def _record_preview(self, step: Step, taken: PreviewTaken, *, purpose: str) -> None:
         self.recorder.tool_preview(
             ToolPreview(
                 run_id=self.run.pk,
                 step=step,
                 tool=step.tool,
                 purpose=purpose,
-                args=args,
+                args=taken.args,
                 preview=None if taken.error else taken.preview,
                 error=taken.error,
                 started_at=taken.started_at,

@@ -41,6 +41,7 @@ class PreviewTaken:
     error: str
     started_at: datetime
     duration_ms: float
+    args: dict[str, Any]  # what it was taken for
 
 
 @dataclass
@@ -71,7 +72,7 @@ def invoke_tool(
         return ToolOutcome(None, refusal, key, started_at, 0.0)
     recheck = None
     if spec.destructive and spec.preview is not None and approval is not None:
-        recheck, stale = _target_recheck(spec, args, approval)
+        recheck, stale = _target_recheck(spec, approval, key=key)
         if stale is not None:
             refusal = "not called: its target changed since it was approved"
             elapsed = (time.perf_counter() - t0) * 1000
@@ -101,12 +102,15 @@ def invoke_tool(
 
 
 def _target_recheck(
-    spec: ToolSpec, args: dict[str, Any], approval: Approval
+    spec: ToolSpec, approval: Approval, *, key: str
 ) -> tuple[PreviewTaken | None, list[str] | None]:
-    """Ask the preview again, just before the call, when its reviewer saw one (gate's rule)."""
+    """Ask the preview again, just before the call, when its reviewer saw one (gate's rule).
+
+    It is asked of the arguments the reviewer saw it for: an edit was decided on that preview.
+    """
     if approval.target_version is None:
         return None, None  # approved without a preview: no target version to hold it to
-    taken = preview_take(spec, args, pool=tool_threads())
+    taken = preview_take(spec, approval.requested_args, pool=tool_threads(), idempotency_key=key)
     return taken, approval_target_stale(approval=approval, current=taken.preview)
 
 
@@ -115,7 +119,9 @@ def preview_breaker(tool: str) -> str:
     return f"preview:{tool}"
 
 
-def preview_take(spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads) -> PreviewTaken:
+def preview_take(
+    spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads, idempotency_key: str = ""
+) -> PreviewTaken:
     """Run the tool's preview hook on a tool thread within its own limit and breaker.
 
     A hook that fails, hangs past its limit or has its circuit open gives an {"error"} preview:
@@ -132,7 +138,7 @@ def preview_take(spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads) -> 
         error = CIRCUIT_OPEN_MESSAGE
     else:
         answered: queue.SimpleQueue[Call] = queue.SimpleQueue()
-        pool.submit(_run_preview, spec, args, reply=answered.put)
+        pool.submit(_run_preview, spec, args, idempotency_key, reply=answered.put)
         try:
             data = answered.get(timeout=limit).result()
         except queue.Empty:
@@ -143,12 +149,12 @@ def preview_take(spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads) -> 
         circuit_record(breaker, failed=fault, error=error)
     duration_ms = (time.perf_counter() - t0) * 1000
     preview = data if not error else preview_failed(error)
-    return PreviewTaken(preview, error, started_at, duration_ms)
+    return PreviewTaken(preview, error, started_at, duration_ms, args)
 
 
-def _run_preview(spec: ToolSpec, args: dict[str, Any]) -> dict[str, Any]:
+def _run_preview(spec: ToolSpec, args: dict[str, Any], key: str) -> dict[str, Any]:
     try:
-        data: dict[str, Any] = _jsonable(spec.take_preview(args))[0]  # storable text
+        data: dict[str, Any] = _jsonable(spec.take_preview(args, idempotency_key=key))[0]
         return data
     finally:
         if connection.connection is not None:

@@ -465,11 +465,16 @@ def _made_by(entry: LedgerEntry, runs: dict[str, int]) -> str:
     return f"{entry.reference}, run #{run}" if run else entry.reference
 
 
-def _refund_preview(order_id: str, amount_inr: int, reason: str) -> Preview:
+def _earlier(kind: str, key: str, **details: Any) -> list[LedgerEntry]:
+    """Effects of this kind on the same target, but for this very call's own (by its key)."""
+    lookups = {f"details__{name}": value for name, value in details.items()}
+    entries = LedgerEntry.objects.filter(kind=kind, **lookups).exclude(idempotency_key=key)
+    return list(entries.order_by("pk"))
+
+
+def _refund_preview(order_id: str, amount_inr: int, reason: str, idempotency_key: str) -> Preview:
     order = _order(order_id)
-    earlier = list(
-        LedgerEntry.objects.filter(kind="refund", details__order_id=order["id"]).order_by("pk")
-    )
+    earlier = _earlier("refund", idempotency_key, order_id=order["id"])
     runs = _by_run(earlier)
     refunded = sum(int(entry.details["amount_inr"]) for entry in earlier)
     total = int(order["total_inr"])
@@ -506,11 +511,11 @@ def _refund_preview(order_id: str, amount_inr: int, reason: str) -> Preview:
     )
 
 
-def _email_preview(to: str, subject: str, body: str) -> Preview:
+def _email_preview(to: str, subject: str, body: str, idempotency_key: str) -> Preview:
     to = to.strip()
     subject, body = subject.strip(), body.strip()
     sender = settings.DEFAULT_FROM_EMAIL
-    sent = list(LedgerEntry.objects.filter(kind="email", details__to=to).order_by("pk"))
+    sent = _earlier("email", idempotency_key, to=to)
     runs = _by_run(sent)
     warnings = []
     if sent:
@@ -524,18 +529,16 @@ def _email_preview(to: str, subject: str, body: str) -> Preview:
         summary=f"Send {subject!r} to {to} ({len(body):,} characters)",
         facts=[("Message as sent", message), ("Emails to this address so far", str(len(sent)))],
         warnings=warnings,
-        target_version=f"to {to}: {_ledger_version(sent)}",
+        # The message is the target: earlier e-mails are worth a warning, not a new decision
+        # (two identical e-mails may be meant).
+        target_version="message " + hashlib.sha256(message.encode()).hexdigest()[:16],
     )
 
 
 def _booking_preview(
-    kind: str, quote: int, price_inr: int, what: str, args: dict[str, Any]
+    kind: str, quote: int, price_inr: int, what: str, args: dict[str, Any], key: str
 ) -> Preview:
-    same = list(
-        LedgerEntry.objects.filter(
-            kind=kind, **{f"details__{k}": v for k, v in args.items()}
-        ).order_by("pk")
-    )
+    same = _earlier(kind, key, **args)
     runs = _by_run(same)
     holds = quote == price_inr
     warnings = []
@@ -560,25 +563,26 @@ def _booking_preview(
 
 
 def _flight_preview(
-    origin: str, destination: str, date: str, passenger: str, price_inr: int
+    origin: str, destination: str, date: str, passenger: str, price_inr: int, idempotency_key: str
 ) -> Preview:
     departure, arrival = _city(origin), _city(destination)
     day = _date(date, "date")
     fare = _fare(departure, arrival, day)
     route = {"origin": departure.name, "destination": arrival.name, "date": day}
     what = f"{departure.name} → {arrival.name} on {day} for {passenger.strip()}"
-    return _booking_preview(
-        "flight", fare, price_inr, what, {**route, "passenger": passenger.strip()}
-    )
+    route["passenger"] = passenger.strip()
+    return _booking_preview("flight", fare, price_inr, what, route, idempotency_key)
 
 
-def _hotel_preview(city: str, check_in: str, nights: int, guest: str, price_inr: int) -> Preview:
+def _hotel_preview(
+    city: str, check_in: str, nights: int, guest: str, price_inr: int, idempotency_key: str
+) -> Preview:
     place = _city(city)
     day = _date(check_in, "check_in")
     quote = place.hotel_nightly_inr * _nights(nights)
     what = f"{nights} night(s) in {place.name} from {day} for {guest.strip()}"
     stay = {"city": place.name, "check_in": day, "nights": nights, "guest": guest.strip()}
-    return _booking_preview("hotel", quote, price_inr, what, stay)
+    return _booking_preview("hotel", quote, price_inr, what, stay, idempotency_key)
 
 
 # --- side effects, once per idempotency key (plans.tools.ledger) ---------------------------

@@ -75,20 +75,33 @@ class ToolSpec:
             )
         return result
 
-    def take_preview(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def take_preview(self, args: Mapping[str, Any], *, idempotency_key: str = "") -> dict[str, Any]:
         """The preview hook's answer for these arguments, in its stored form (see
-        plans.engine.previews); raises what the hook raises, or PreviewInvalid."""
+        plans.engine.previews); raises what the hook raises, or PreviewInvalid.
+
+        A hook with an ``idempotency_key`` parameter gets the call's key ("" before it has
+        one): an effect already made under it is this very call's, not a change of target.
+        """
         assert self.preview is not None
         kwargs = dict(args)
         for name, convert in self.converters.items():
             if name in kwargs:
                 kwargs[name] = convert(kwargs[name])
+        if _takes_key(self.preview):
+            kwargs[IDEMPOTENCY_PARAM] = idempotency_key
         return preview_data(self.preview(**kwargs))
 
     @property
     def origin(self) -> str:
         """Dotted path of the function, for messages."""
         return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return IDEMPOTENCY_PARAM in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 # Every decorated function, by defining module then tool name; filled at import time.

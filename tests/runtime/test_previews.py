@@ -4,7 +4,7 @@ never block it) and again just before the call, which does not run if its target
 import pytest
 
 from plans.guards.audit import chain_problems
-from plans.models import Approval, Run, RunEvent, Step, ToolCall, ToolPreview
+from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall, ToolPreview
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def preview_tool_module(settings):
-    settings.AGENTSITE_TOOL_MODULES = ["tests.preview_tools"]
+    settings.AGENTSITE_TOOL_MODULES = ["tests.preview_tools"]  # with the demo's built-ins
     preview_tools.reset(widget=10)
     yield
     preview_tools.hang.set()  # lets a hanging preview's thread go
@@ -156,3 +156,43 @@ def test_a_rejected_fresh_request_blocks_the_step(author, reviewer):
     assert advance_run(run.pk) == Run.Status.BLOCKED
     assert Step.objects.get(plan__run=run).status == "blocked"
     assert preview_tools.shipped == []
+
+
+def test_an_edit_is_held_to_the_preview_its_reviewer_decided_on(author, reviewer):
+    run, _ = start(author)
+    approval = waiting(run)
+    edited = {"item": "widget", "quantity": 4}
+    approval_decide(
+        approval=approval, reviewer=reviewer, approve=True, edited_args=edited, resume=False
+    )
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED  # the edit is not a change of target
+    assert preview_tools.stock["widget"] == 6
+    launch = ToolPreview.objects.get(run=run, purpose="launch")
+    assert launch.args == {"item": "widget", "quantity": 3}  # what the preview was shown for
+
+
+REFUND = {
+    "steps": [
+        {
+            "id": 1,
+            "tool": "issue_refund",
+            "args": {"order_id": "A-1003", "amount_inr": 999, "reason": "late"},
+        }
+    ]
+}
+
+
+def test_a_call_repeated_after_a_crash_is_not_stale_for_its_own_effect(author, reviewer):
+    run = run_create(author=author, goal_text="refund", plan_data=REFUND)
+    advance_run(run.pk)
+    approve(waiting(run), reviewer)
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+    # As if the worker died after the refund, before its outcome was recorded.
+    ToolCall.objects.filter(run=run).delete()
+    Step.objects.filter(plan__run=run).update(status="running", result=None, finished_at=None)
+    Run.objects.filter(pk=run.pk).update(status="running", finished_at=None, answer="")
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+    assert not Approval.objects.filter(run=run, decision="stale").exists()
+    assert LedgerEntry.objects.filter(kind="refund").count() == 1
