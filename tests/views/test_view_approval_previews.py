@@ -2,6 +2,8 @@
 request comes back stale), the run page's step panel, the API's approval object and the
 approvals e-mail; a preview's text is the tool's, shown escaped."""
 
+import json
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
@@ -154,3 +156,19 @@ def test_the_email_escapes_a_hostile_preview(author, reviewer):
 
     assert executable_markup(email.html) == []
     assert "Ship 3 of &lt;script&gt;" in email.html
+
+
+def test_the_export_keeps_each_approvals_preview_and_what_superseded_it(client, author, reviewer):
+    run = parked(author)
+    first = Approval.objects.get(run=run)
+    fresh = gone_stale(run, reviewer)
+    client.force_login(author)
+
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    exported = json.loads(b"".join(response.streaming_content))["approvals"]
+
+    by_id = {approval["id"]: approval for approval in exported}
+    assert by_id[first.pk]["decision"] == "stale"
+    assert by_id[first.pk]["preview"]["target_version"] == "widget@1"
+    assert by_id[fresh.pk]["supersedes"] == first.pk
+    assert by_id[fresh.pk]["changes"] == ["In stock: 10 → 15", "Left after: 7 → 12"]
