@@ -196,3 +196,15 @@ def test_a_call_repeated_after_a_crash_is_not_stale_for_its_own_effect(author, r
     assert advance_run(run.pk) == Run.Status.COMPLETED
     assert not Approval.objects.filter(run=run, decision="stale").exists()
     assert LedgerEntry.objects.filter(kind="refund").count() == 1
+
+
+def test_a_failing_preview_opens_a_breaker_of_its_own_not_the_tools(author, settings):
+    from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits
+
+    settings.AGENTSITE_BREAKER_FAILURES = 2
+    for _ in range(3):
+        run, _ = start(author, tool="ship_broken")
+
+    assert waiting(run).preview == {"error": CIRCUIT_OPEN_MESSAGE}
+    assert preview_tools.preview_calls["ship_broken"] == 2  # not called while open
+    assert circuit_admits("ship_broken")  # the tool itself is not held back by it
