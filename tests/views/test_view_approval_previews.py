@@ -172,3 +172,22 @@ def test_the_export_keeps_each_approvals_preview_and_what_superseded_it(client, 
     assert by_id[first.pk]["preview"]["target_version"] == "widget@1"
     assert by_id[fresh.pk]["supersedes"] == first.pk
     assert by_id[fresh.pk]["changes"] == ["In stock: 10 → 15", "Left after: 7 → 12"]
+
+
+def test_a_stale_request_is_mailed_again_though_its_round_was_mailed(author, reviewer):
+    from plans.models import RunEvent
+    from plans.notifications.deliveries import deliveries_for_events
+
+    run = parked(author)
+    gone_stale(run, reviewer)
+    events = [
+        {"kind": e.kind, "payload": e.payload, "seq": e.seq, "at": e.at}
+        for e in RunEvent.objects.filter(run=run, kind__in=["approval_requested", "approval_stale"])
+    ]
+
+    made = deliveries_for_events(run.pk, events)
+
+    assert [(d.channel, d.event_type) for d in made] == [
+        ("email", "approval.requested"),
+        ("email", "approval.stale"),
+    ]
