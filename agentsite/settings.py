@@ -326,6 +326,9 @@ AGENTSITE_TOOL_TIMEOUT_S = float(os.environ.get("AGENTSITE_TOOL_TIMEOUT_S", "30"
 # run: its step waits this much longer for the call's own outcome (or its tool's reconcile
 # hook) before it fails as "outcome unknown".
 AGENTSITE_TOOL_OUTCOME_WAIT_S = float(os.environ.get("AGENTSITE_TOOL_OUTCOME_WAIT_S", "300"))
+# A destructive tool's preview hook: its time limit (a tool may set its own), before a reviewer
+# decides and again just before the call.
+AGENTSITE_PREVIEW_TIMEOUT_S = float(os.environ.get("AGENTSITE_PREVIEW_TIMEOUT_S", "5"))
 # MCP servers whose tools join the registry as <server>.<tool>: JSON mapping a short name to
 # {"command", "args", "env", "cwd"} (stdio) or {"url", "headers"} (streamable HTTP), with
 # optional per-tool "tools" overrides; see README "Tools from MCP servers".

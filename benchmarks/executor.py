@@ -7,6 +7,7 @@ medians and ratios for the README and the issue notes.
     ./dev bench                 # every shape, default repeats
     ./dev bench --repeats 3 --shapes diamond,wide
     ./dev bench --pure          # the same with a tool declared pure
+    ./dev bench --previews      # a destructive call's launch re-check: with a preview vs none
 """
 
 from __future__ import annotations
@@ -156,6 +157,78 @@ def run_once(steps: Steps) -> tuple[float, float, float]:
     return wall, answer_s, cpu
 
 
+PREVIEW_STEPS = 5  # destructive steps in one round, each approved, then launched together
+PREVIEW_TOOL_MS = 50.0
+
+
+def resume_once(tool: str) -> tuple[float, list[float]]:
+    """A run parked on PREVIEW_STEPS destructive steps, approved, then resumed: (the resumed
+    advance's wall, minus its answer model; each call's duration as the executor timed it)."""
+    from django.contrib.auth import get_user_model
+
+    from plans.models import Approval, Run, ToolCall
+    from plans.runtime.advance import advance_run
+    from plans.services.approvals import approvals_decide
+    from plans.services.runs import run_create
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    steps = [
+        {"id": i, "tool": tool, "args": {"ms": PREVIEW_TOOL_MS, "tag": i}, "depends_on": []}
+        for i in range(1, PREVIEW_STEPS + 1)
+    ]
+    run = run_create(author=user, goal_text="benchmark", plan_data={"steps": steps})
+    assert advance_run(run.pk) == Run.Status.AWAITING_APPROVAL
+    approvals_decide(
+        approvals=list(Approval.objects.filter(run=run)),
+        reviewer=None,
+        approve=True,
+        via="cli",
+        resume=False,
+    )
+    _model_seconds.clear()
+    started = time.perf_counter()
+    status = advance_run(run.pk)
+    wall = time.perf_counter() - started - sum(_model_seconds)
+    assert status == Run.Status.COMPLETED, status
+    calls = list(ToolCall.objects.filter(run=run).values_list("duration_ms", flat=True))
+    assert len(calls) == PREVIEW_STEPS
+    return wall, calls
+
+
+def previews_main(repeats: int) -> None:
+    """The added latency per destructive call from the re-check at launch, against none."""
+    for tool in ("bench_effect", "bench_effect_previewed"):  # warm up both
+        resume_once(tool)
+    walls: dict[str, list[float]] = {"bench_effect": [], "bench_effect_previewed": []}
+    calls: dict[str, list[float]] = {"bench_effect": [], "bench_effect_previewed": []}
+    for _ in range(repeats):  # alternating, so a drift in the machine's speed hits both
+        for tool in walls:
+            wall, durations = resume_once(tool)
+            walls[tool].append(wall)
+            calls[tool] += durations
+    none, previewed = (statistics.median(calls[t]) for t in walls)
+    none_wall, previewed_wall = (statistics.median(walls[t]) for t in walls)
+    print(
+        f"{PREVIEW_STEPS} destructive calls of {PREVIEW_TOOL_MS:g} ms in one round, approved, "
+        f"then resumed; median of {repeats} resumes ({repeats * PREVIEW_STEPS} calls each)\n"
+    )
+    print(f"{'':<34}{'no preview':>12}{'preview':>12}{'added':>10}{'ratio':>8}")
+    print(
+        f"{'per destructive call (ms)':<34}{none:>12.2f}{previewed:>12.2f}"
+        f"{previewed - none:>10.2f}{previewed / none:>8.3f}"
+    )
+    print(
+        f"{'resumed advance, wall (ms)':<34}{none_wall * 1000:>12.1f}{previewed_wall * 1000:>12.1f}"
+        f"{(previewed_wall - none_wall) * 1000:>10.1f}{previewed_wall / none_wall:>8.3f}"
+    )
+    print(
+        "\nper destructive call = the ToolCall's duration, timed on its tool thread from before "
+        "the re-check to the\ntool's return; the preview hook here reads nothing, so added is "
+        "the machinery's own cost (a hop to another tool\nthread and back, the breaker check); "
+        "a real hook adds its own read. The ToolPreview row goes with the run's next batch."
+    )
+
+
 def critical_path_s(steps: Steps) -> float:
     from plans.engine import Plan, PlanStep, critical_path
 
@@ -173,6 +246,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--pure", action="store_true", help="steps of a tool declared pure")
+    parser.add_argument(
+        "--previews",
+        action="store_true",
+        help="only the added latency per destructive call from the preview's re-check at launch",
+    )
     args = parser.parse_args()
     global TOOL
     TOOL = "bench_sleep_pure" if args.pure else "bench_sleep"
@@ -189,6 +267,9 @@ def main() -> int:
         )
         for _ in range(3):  # warm up imports, connections, the registry, the pool, caches
             run_once(diamond(fixed(0)))
+        if args.previews:
+            previews_main(args.repeats)
+            return 0
         from plans.runtime.worker import gc_tune_for_serving
 
         gc_tune_for_serving()  # as `manage.py serve` and `run_worker` do once started

@@ -66,6 +66,12 @@ class ToolCallAdmin(ReadOnlyAdmin):
     list_filter = ["tool"]
 
 
+@admin.register(models.ToolPreview)
+class ToolPreviewAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "tool", "purpose", "duration_ms", "error", "started_at"]
+    list_filter = ["tool", "purpose"]
+
+
 @admin.register(models.LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "reference", "idempotency_key", "created_at"]

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
 
-from plans.engine import args_match_sha256
+from plans.engine import args_match_sha256, preview_version
 
 
 class MillisecondsBetween(Func):
@@ -368,6 +368,9 @@ class Approval(models.Model):
         APPROVED = "approved"
         REJECTED = "rejected"
         EXPIRED = "expired"
+        # Approved, but the call's target changed before it ran: the call did not run, and a
+        # fresh request (superseding this one) waits for a new decision.
+        STALE = "stale"
 
     class Via(models.TextChoices):
         """Where a decision came from: a reviewer's page, the command line, or the sweeper."""
@@ -392,6 +395,15 @@ class Approval(models.Model):
     reason = models.TextField(blank=True)
     requested_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # The tool's preview of the effect when this was requested (plans.engine.previews): null
+    # for a tool without one, {"error"} when it failed; fixed for the approval's lifetime.
+    preview = models.JSONField(null=True, blank=True)
+    # A request made again because the target changed after this one's approval went stale.
+    supersedes = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
+    )
+    # For a request made again: what changed since the approval it supersedes (sentences).
+    changes = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -416,6 +428,11 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} {self.tool} for run {self.run_id}"
+
+    @property
+    def target_version(self) -> str | None:
+        """The target version its reviewer saw in the preview; None without a preview."""
+        return preview_version(self.preview)
 
     def authorises(self, *, tool: str, args: Mapping[str, Any], step_id: int) -> bool:
         """Approved, and bound to exactly this call of this step (so of this run): the last
@@ -489,6 +506,7 @@ class RunEvent(models.Model):
         STEP_FINISHED = "step_finished"
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
+        APPROVAL_STALE = "approval_stale"  # the target changed since approval: not called
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan
@@ -608,6 +626,33 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} attempt {self.attempt}"
+
+
+class ToolPreview(models.Model):
+    """One run of a destructive tool's preview hook: before a decision, or re-checked at launch.
+
+    Recorded like a call but never one: a preview has no effect, no key and no attempt.
+    """
+
+    class Purpose(models.TextChoices):
+        REQUEST = "request", "before the decision"
+        LAUNCH = "launch", "re-checked before the call"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_previews")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="tool_previews")
+    tool = models.CharField(max_length=100)
+    purpose = models.CharField(max_length=10, choices=Purpose)
+    args = models.JSONField()
+    preview = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} preview ({self.purpose})"
 
 
 class CircuitBreaker(models.Model):

@@ -11,6 +11,7 @@ from ninja import Router
 from plans.api.errors import ErrorOut
 from plans.api.runs import run_out, run_url, visible_run
 from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
+from plans.models import Approval
 from plans.selectors.approvals import approval_inputs, approvals_waiting
 from plans.services.approvals import Seen, approvals_decide_seen
 from plans.services.plans import plan_decide_seen
@@ -62,9 +63,37 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                     }
                     for upstream in inputs_of[approval.pk]
                 ],
+                "preview": preview_out(approval.preview),
+                "supersedes": _superseded_out(approval),
             }
         )
     return listed
+
+
+def preview_out(preview: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored preview (plans.engine.previews) as the API's PreviewOut."""
+    if not preview or "error" in preview:
+        return {"available": False, "error": (preview or {}).get("error", "")}
+    return {
+        "available": True,
+        "summary": preview.get("summary", ""),
+        "facts": [{"label": label, "value": value} for label, value in preview.get("facts", [])],
+        "warnings": list(preview.get("warnings", [])),
+        "target_version": preview.get("target_version"),
+    }
+
+
+def _superseded_out(approval: Approval) -> dict[str, Any] | None:
+    before = approval.supersedes
+    if before is None:
+        return None
+    return {
+        "approval": before.pk,
+        "reviewer": before.reviewer.get_username() if before.reviewer else None,
+        "decided_at": before.decided_at,
+        "preview": preview_out(before.preview),
+        "changes": list(approval.changes),
+    }
 
 
 @router.post(

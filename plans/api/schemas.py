@@ -207,6 +207,38 @@ class UpstreamResultOut(Schema):
     error: str
 
 
+class PreviewFactOut(Schema):
+    label: str
+    value: str
+
+
+class PreviewOut(Schema):
+    """A destructive call's preview of its effect, computed from its target when requested."""
+
+    available: bool = Field(
+        ..., description='False: "no preview" (the tool has none, or it failed: see error).'
+    )
+    summary: str = ""
+    facts: list[PreviewFactOut] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    target_version: str | None = Field(
+        None,
+        description="The target's version it was computed from; the call runs only if "
+        "it is unchanged just before the call.",
+    )
+    error: str = ""
+
+
+class SupersededOut(Schema):
+    """The approval this request replaces: approved, but its target changed before the call."""
+
+    approval: int
+    reviewer: str | None
+    decided_at: datetime | None
+    preview: PreviewOut
+    changes: list[str] = Field(..., description="What changed since that approval.")
+
+
 class ApprovalOut(Schema):
     id: int
     run: int
@@ -220,6 +252,12 @@ class ApprovalOut(Schema):
     args_sha256: str = Field(..., description="Send it back with the decision: it must match.")
     requested_at: datetime
     inputs: list[UpstreamResultOut]
+    preview: PreviewOut
+    supersedes: SupersededOut | None = Field(
+        None,
+        description="Set when this is asked again because the target changed: both "
+        "previews, side by side, and what changed.",
+    )
 
 
 class ApprovalChoiceIn(Strict):

@@ -34,6 +34,14 @@ from plans.engine.policies import (
     past_effect_for,
     past_effects,
 )
+from plans.engine.previews import (
+    Preview,
+    PreviewInvalid,
+    preview_changes,
+    preview_data,
+    preview_failed,
+    preview_version,
+)
 from plans.engine.scheduler import Outcome, Scheduler
 from plans.engine.substitution import (
     PLACEHOLDER,
@@ -64,6 +72,8 @@ __all__ = [
     "PlanInvalid",
     "PlanParseError",
     "PlanStep",
+    "Preview",
+    "PreviewInvalid",
     "Problem",
     "Scheduler",
     "ToolSignature",
@@ -92,6 +102,10 @@ __all__ = [
     "placeholder_refs",
     "placeholders",
     "plan_json_schema",
+    "preview_changes",
+    "preview_data",
+    "preview_failed",
+    "preview_version",
     "resolve",
     "rounds",
     "storable",

@@ -232,7 +232,7 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 # Events that change what the approvals inbox holds (decisions announce themselves).
-INBOX_KINDS = frozenset({"approval_requested", "question_asked", "run_finished"})
+INBOX_KINDS = frozenset({"approval_requested", "approval_stale", "question_asked", "run_finished"})
 
 
 EventsListener = Callable[[int, list[dict[str, Any]]], None]

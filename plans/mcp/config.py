@@ -35,8 +35,10 @@ _SERVER_KEYS = frozenset(
         "timeout_s",
         "startup_timeout_s",
         "trust_annotations",
+        "preview",
     }
 )
+_PREVIEW_KEYS = frozenset({"tool", "args", "version"})
 # A "tools" key holding one of these is a glob pattern (fnmatch) over the server's tool names.
 _GLOB_CHARS = frozenset("*?[")
 _OVERRIDE_KEYS = frozenset({"destructive", "timeout_s"})
@@ -50,6 +52,19 @@ class ToolOverride:
     timeout_s: float | None = None
     # The "tools" key that set destructive: the tool's own name or a pattern ("get_*").
     destructive_from: str = ""
+
+
+@dataclass(frozen=True)
+class PreviewRule:
+    """A destructive tool's preview: another (read-only) tool of the same server, called with
+    arguments mapped from the call's, whose result is the preview."""
+
+    tool: str
+    # (the preview tool's argument, the destructive call's argument it takes its value from)
+    args: tuple[tuple[str, str], ...] = ()
+    # A field of the preview tool's result that is the target's version (an ETag, a row
+    # version); without one, the version is a hash of the whole result.
+    version: str = ""
 
 
 def is_pattern(key: str) -> bool:
@@ -72,6 +87,11 @@ class ServerConfig:
     timeout_s: float | None = None  # for its tools' calls; else AGENTSITE_TOOL_TIMEOUT_S
     startup_timeout_s: float = 20.0
     trust_annotations: bool = False
+    previews: tuple[tuple[str, PreviewRule], ...] = ()
+
+    def preview_for(self, tool: str) -> PreviewRule | None:
+        """The preview the "preview" setting names for this tool; None: no preview."""
+        return next((rule for name, rule in self.previews if name == tool), None)
 
     @property
     def transport(self) -> str:
@@ -178,6 +198,7 @@ def server_config(name: Any, entry: Any) -> ServerConfig:
         trust_annotations=_flag(
             entry.get("trust_annotations", False), f"{where}['trust_annotations']"
         ),
+        previews=_previews(entry.get("preview", {}), where),
     )
 
 
@@ -231,3 +252,25 @@ def _overrides(value: Any, where: str) -> tuple[tuple[str, ToolOverride], ...]:
             )
         )
     return tuple(sorted(overrides))
+
+
+def _previews(value: Any, where: str) -> tuple[tuple[str, PreviewRule], ...]:
+    at = f"{where}['preview']"
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{at} must map tool names to {{tool, args, version}}")
+    rules = []
+    for tool, entry in value.items():
+        here = f"{at}[{tool!r}]"
+        if not isinstance(tool, str) or not tool or is_pattern(tool):
+            raise ImproperlyConfigured(f"{here}: name one tool (no patterns)")
+        if not isinstance(entry, dict) or set(entry) - _PREVIEW_KEYS or "tool" not in entry:
+            raise ImproperlyConfigured(
+                f"{here} must be an object with 'tool' and optionally 'args' and 'version'"
+            )
+        preview_tool = _string(entry["tool"], f"{here}['tool']")
+        if not preview_tool or preview_tool == tool:
+            raise ImproperlyConfigured(f"{here}['tool'] must name another tool of the server")
+        args = _string_pairs(entry.get("args", {}), f"{here}['args']")
+        version = _string(entry.get("version", ""), f"{here}['version']")
+        rules.append((tool, PreviewRule(preview_tool, args, version)))
+    return tuple(sorted(rules))

@@ -9,6 +9,7 @@ nothing: a tool it adds later is destructive like the rest.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import threading
@@ -19,10 +20,11 @@ from typing import Any, cast
 import mcp_types as types
 from django.conf import settings
 
+from plans.engine import canonical_json
 from plans.engine.jsonschema_args import DEFAULT_DIALECT, schema_problem
-from plans.mcp.config import ServerConfig, configured_servers, is_pattern
+from plans.mcp.config import PreviewRule, ServerConfig, configured_servers, is_pattern
 from plans.mcp.connection import ServerConnection, ServerState
-from plans.tools import ToolError, ToolSpec
+from plans.tools import Preview, ToolError, ToolSpec
 from plans.tools.schema import IDEMPOTENCY_PARAM
 
 # Sent with every call so a server that deduplicates can: the executor's key for the step.
@@ -106,7 +108,9 @@ def server_listings(*, start: bool = True) -> list[ServerListing]:
     listings = []
     for config in configured_servers().values():
         connection = connection_for(config)
-        tools = [_listed(config, connection, tool) for tool in connection.tools(start=start)]
+        listed_tools = connection.tools(start=start)
+        by_name = {tool.name: tool for tool in listed_tools}
+        tools = [_listed(config, connection, tool, by_name) for tool in listed_tools]
         listings.append(ServerListing(config, connection.state, tools))
     return listings
 
@@ -136,7 +140,12 @@ def gating(tool: types.Tool, config: ServerConfig) -> tuple[bool, str]:
     return hints.destructive_hint is True, "annotation trusted"
 
 
-def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool) -> ListedTool:
+def _listed(
+    config: ServerConfig,
+    connection: ServerConnection,
+    tool: types.Tool,
+    by_name: dict[str, types.Tool],
+) -> ListedTool:
     if not _TOOL_NAME.match(tool.name):
         return ListedTool(config.name, tool.name, None, "its name is not a valid MCP tool name")
     schema = dict(tool.input_schema or {"type": "object"})
@@ -148,6 +157,8 @@ def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool
     timeout_s = override.timeout_s or config.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
     call = _McpCall(connection, tool.name, timeout_s)
     destructive, gated_by = gating(tool, config)
+    rule = config.preview_for(tool.name) if destructive else None
+    preview = None if rule is None else _McpPreview(connection, rule, by_name.get(rule.tool))
     properties = schema.get("properties")
     spec = ToolSpec(
         name=f"{config.name}.{tool.name}",
@@ -161,8 +172,64 @@ def _listed(config: ServerConfig, connection: ServerConnection, tool: types.Tool
             isinstance(properties, dict) and IDEMPOTENCY_PARAM in properties
         ),
         server=config.name,
+        preview=preview,
     )
     return ListedTool(config.name, tool.name, spec, gated_by=gated_by)
+
+
+class _McpPreview:
+    """A destructive MCP tool's preview: a read-only tool of its server, its result the preview.
+
+    A preview must not act, so a preview tool the server does not list, or that is not
+    read-only under this server's gating, is never called: the card says why.
+    """
+
+    def __init__(
+        self, connection: ServerConnection, rule: PreviewRule, listed: types.Tool | None
+    ) -> None:
+        self.connection, self.rule, self.listed = connection, rule, listed
+
+    def __call__(self, **arguments: Any) -> Preview:
+        server = self.connection.config.name
+        if self.listed is None:
+            raise ToolError(f"the preview tool {server}.{self.rule.tool} is not listed by {server}")
+        destructive, gated_by = gating(self.listed, self.connection.config)
+        if destructive:
+            raise ToolError(
+                f"the preview tool {server}.{self.rule.tool} is not read-only here ({gated_by}), "
+                "and a preview must not act"
+            )
+        mapped = {}
+        for name, source in self.rule.args:
+            if source not in arguments:
+                raise ToolError(f"the preview maps {name!r} from {source!r}, which the call lacks")
+            mapped[name] = arguments[source]
+        result = step_result(
+            self.connection.call_tool(
+                self.rule.tool, mapped, timeout_s=settings.AGENTSITE_PREVIEW_TIMEOUT_S, meta=None
+            )
+        )
+        return preview_of_result(f"{server}.{self.rule.tool}", result, version=self.rule.version)
+
+
+def preview_of_result(source: str, result: Any, *, version: str = "") -> Preview:
+    """A preview tool's result as a Preview: its fields as facts; its version field (or a hash
+    of the whole result) as the target version. The server's text stays data."""
+    if isinstance(result, dict):
+        facts = [(str(key), _fact(value)) for key, value in result.items()]
+        text = "; ".join(f"{label}: {value}" for label, value in facts)
+    else:
+        text = _fact(result)
+        facts = [("Result", text)]
+    if version and isinstance(result, dict) and version in result:
+        target = f"{version}={_fact(result[version])}"
+    else:
+        target = "sha256:" + hashlib.sha256(canonical_json(result).encode()).hexdigest()[:32]
+    return Preview(summary=f"{source} says: {text}", facts=facts, target_version=target)
+
+
+def _fact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 class _McpCall:

@@ -9,6 +9,8 @@ WEBHOOK_EVENTS: dict[str, str] = {
     "plan.decided": "A reviewer approved or rejected a run's plan.",
     "approval.requested": "A destructive step waits for a reviewer's decision.",
     "approval.decided": "A destructive step was approved, rejected, or its request expired.",
+    "approval.stale": "An approved destructive step was not called because its target changed "
+    "since its preview; it waits for a fresh decision.",
     "run.finished": "A run ended: completed, failed, blocked, budget_exhausted, "
     "invalid_plan or cancelled.",
 }
@@ -20,6 +22,7 @@ KIND_TO_TYPE: dict[str, str] = {
     "plan_decided": "plan.decided",
     "approval_requested": "approval.requested",
     "approval_decided": "approval.decided",
+    "approval_stale": "approval.stale",
     "run_finished": "run.finished",
 }
 NOTIFYING_KINDS = frozenset(KIND_TO_TYPE)

@@ -96,7 +96,7 @@ def _run_with_author(run_id: int) -> Run | None:
 
 def _may_email(event_type: str, event: dict[str, Any]) -> bool:
     """Whether _emails_for could want an email for this event, before reading anything."""
-    if event_type in ("approval.requested", "plan.approval_requested"):
+    if event_type in ("approval.requested", "approval.stale", "plan.approval_requested"):
         return True
     return (
         event_type == "run.finished" and event["payload"].get("status") in FINISHED_EMAIL_STATUSES
@@ -107,15 +107,17 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
     payload = event["payload"]
     # Rendered when due: a short wait lets the other steps of the round join the same email.
     later = now + timedelta(seconds=settings.AGENTSITE_APPROVAL_EMAIL_DELAY_S)
-    if event_type == "approval.requested":
+    if event_type in ("approval.requested", "approval.stale"):
         plan_version = run.plans.filter(is_valid=True).order_by("-version").values("version")[:1]
         version = plan_version[0]["version"] if plan_version else 0
+        # A request made again (its target changed) is news even if its round was mailed.
+        again = f":stale{payload.get('approval')}" if event_type == "approval.stale" else ""
         return [
             _email_row(
                 run,
                 event_type,
                 {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
-                dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}",
+                dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}{again}",
                 due=later,
             )
         ]

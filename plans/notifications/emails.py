@@ -50,13 +50,25 @@ def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
     return users.filter(chosen).exclude(email="").distinct().order_by("pk")
 
 
+def preview_text(preview: dict[str, Any] | None) -> list[str]:
+    """A stored preview as plain lines: its summary, facts and warnings, or why there is none."""
+    if not preview:
+        return ["no preview"]
+    if "error" in preview:
+        return [f"no preview: {preview['error']}"]
+    lines = [str(preview.get("summary", ""))]
+    lines += [f"{label}: {value}" for label, value in preview.get("facts", [])]
+    lines += [f"Warning: {warning}" for warning in preview.get("warnings", [])]
+    return lines
+
+
 def approval_round_email(run_id: int, round_no: int) -> Email | None:
     """The steps of one run round still waiting, for everyone who may decide them."""
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     waiting = list(
         Approval.objects.filter(
             run=run, step__round=round_no, decision=Approval.Decision.PENDING
-        ).select_related("step")
+        ).select_related("step", "supersedes")
     )
     if not waiting:
         return None
@@ -69,7 +81,18 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
         "author": run.goal.author.get_username(),
         "round": round_no,
         "steps": [
-            {"step": a.step.step_id, "tool": a.tool, "args": _pretty(redact(a.args))}
+            {
+                "step": a.step.step_id,
+                "tool": a.tool,
+                "args": _pretty(redact(a.args)),
+                "preview": [redact(line) for line in preview_text(a.preview)],
+                "changes": [redact(str(change)) for change in a.changes],
+                "approved_preview": (
+                    [redact(line) for line in preview_text(a.supersedes.preview)]
+                    if a.supersedes
+                    else []
+                ),
+            }
             for a in sorted(waiting, key=lambda a: a.step.step_id)
         ],
         "inbox_url": absolute(reverse("plans:inbox")) + f"#group-{run.pk}-{round_no}",

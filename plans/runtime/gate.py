@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from plans.engine import args_match_sha256, args_sha256
+from plans.engine import args_match_sha256, args_sha256, preview_changes, preview_version
 from plans.models import Approval, Step
 
 
@@ -60,7 +60,28 @@ def approval_is_valid_for_call(
     return approval is not None and approval.authorises(tool=tool, args=args, step_id=step_pk)
 
 
-def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:
+def approval_target_stale(
+    *, approval: Approval, current: Mapping[str, Any] | None
+) -> list[str] | None:
+    """The re-check just before a destructive call: None if it may go ahead, else what changed
+    since the reviewer saw its preview (the call must not run; the approval is stale).
+
+    An approval whose reviewer saw no preview binds no target version; one that did binds
+    exactly that version, and a preview that cannot be taken again does not confirm it.
+    """
+    seen = approval.target_version
+    if seen is None or preview_version(current) == seen:
+        return None
+    return preview_changes(approval.preview, current)
+
+
+def approval_request(
+    *,
+    run_id: int,
+    step: Step,
+    resolved_args: dict[str, Any],
+    preview: dict[str, Any] | None = None,
+) -> Approval:
     """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
     return Approval(
         run_id=run_id,
@@ -69,4 +90,22 @@ def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) 
         requested_args=resolved_args,
         args=resolved_args,
         args_sha256=args_sha256(step.tool, resolved_args),
+        preview=preview,
+    )
+
+
+def approval_request_again(
+    *, stale: Approval, preview: dict[str, Any] | None, changes: list[str]
+) -> Approval:
+    """The fresh request replacing an approval gone stale: the same call, the new preview."""
+    return Approval(
+        run_id=stale.run_id,
+        step_id=stale.step_id,
+        tool=stale.tool,
+        requested_args=stale.requested_args,
+        args=stale.args,
+        args_sha256=args_sha256(stale.tool, stale.args),
+        preview=preview,
+        supersedes=stale,
+        changes=changes,
     )

@@ -17,11 +17,13 @@ from django.utils import timezone
 from plans.engine import (
     Outcome,
     backoff_delay,
+    preview_version,
 )
 from plans.guards.circuits import circuit_record
 from plans.journal.events import append_events
-from plans.models import Step
+from plans.models import Step, ToolPreview
 from plans.runtime import telemetry
+from plans.runtime.gate import approval_request_again
 from plans.runtime.recorder import record_late_tool_call
 from plans.runtime.steps_state import DECISION_POLL_S, StepsState
 from plans.runtime.tool_calls import ToolOutcome, reconcile_call
@@ -92,6 +94,11 @@ class CallsInFlight(StepsState):
         step = self.steps[step_id]
         if step.destructive:
             self._effect_may_happen()
+        if outcome.recheck is not None:
+            self._record_preview(step, outcome.recheck, purpose=ToolPreview.Purpose.LAUNCH)
+        if outcome.stale is not None and call not in self.overdue:
+            self._went_stale(step, outcome)
+            return
         late_attempt = self.overdue.pop(call, None)
         if late_attempt is None:
             self._record_attempt(step, outcome)
@@ -105,6 +112,34 @@ class CallsInFlight(StepsState):
             self._schedule_retry(step, outcome.error)
         else:
             self._finish_step(step, Outcome.FAILED, error=outcome.error)
+
+    def _went_stale(self, step: Step, outcome: ToolOutcome) -> None:
+        """The target changed since the approval: the call was not made, the approval is stale
+        and the same call is asked for again, with both previews and what changed."""
+        _, _, approval = self.calls[step.step_id]
+        assert approval is not None and outcome.recheck is not None and outcome.stale is not None
+        fresh = approval_request_again(
+            stale=approval, preview=outcome.recheck.preview, changes=outcome.stale
+        )
+        step.attempts -= 1  # never called: the attempt did not happen
+        step.status = Step.Status.AWAITING_APPROVAL
+        self.recorder.step_changed(step, "attempts", "status")
+        self.recorder.approval_stale(approval, fresh=fresh)
+        self.recorder.event(
+            "approval_stale",
+            step=step.step_id,
+            tool=step.tool,
+            round=step.round,
+            approval=approval.pk,
+            approved_version=approval.target_version,
+            current_version=preview_version(outcome.recheck.preview),
+            changes=outcome.stale,
+            approved_preview=approval.preview,
+            preview=outcome.recheck.preview,
+        )
+        self.awaiting[step.step_id] = approval.requested_args
+        # Committed before the loop looks for decisions again: else it finds the stale one.
+        self.recorder.flush(wait=True)
 
     def _record_attempt(self, step: Step, outcome: ToolOutcome) -> None:
         row = {

@@ -25,7 +25,7 @@ from plans.engine import (
 )
 from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits
 from plans.journal.events import LeaseLost
-from plans.models import Approval, HumanQuestion, Run, Step
+from plans.models import Approval, HumanQuestion, Run, Step, ToolPreview
 from plans.runtime import telemetry
 from plans.runtime.gate import (
     Verdict,
@@ -33,8 +33,14 @@ from plans.runtime.gate import (
     approval_request,
 )
 from plans.runtime.steps_state import StepsState
-from plans.runtime.tool_calls import ToolOutcome, invoke_once_recorded, reconcile_call
+from plans.runtime.tool_calls import (
+    ToolOutcome,
+    invoke_once_recorded,
+    preview_take,
+    reconcile_call,
+)
 from plans.runtime.tool_threads import Call, ToolThreads
+from plans.runtime.worker import waiting
 from plans.services.questions import question_expired_error
 from plans.tools import ToolSpec
 from plans.tools.human import ASK_HUMAN
@@ -250,12 +256,33 @@ class Launching(StepsState):
         self.recorder.step_changed(step, "status")
         if requested:
             return
+        spec = self.advancer.registry.get(step.tool)
+        preview = None
+        if spec is not None and spec.preview is not None:
+            preview = self._preview(step, spec, args, purpose=ToolPreview.Purpose.REQUEST)
         self.recorder.approval_requested(
-            approval_request(run_id=self.run.pk, step=step, resolved_args=args)
+            approval_request(run_id=self.run.pk, step=step, resolved_args=args, preview=preview)
         )
         self.recorder.event(
-            "approval_requested", step=step.step_id, tool=step.tool, round=step.round, args=args
+            "approval_requested",
+            step=step.step_id,
+            tool=step.tool,
+            round=step.round,
+            args=args,
+            preview=preview,
         )
+
+    def _preview(
+        self, step: Step, spec: ToolSpec, args: dict[str, Any], *, purpose: str
+    ) -> dict[str, Any]:
+        """The tool's preview for these arguments, on a tool thread within its limit, recorded.
+
+        Waited for here: a request is asked once per destructive step, and its card needs it.
+        """
+        with waiting():  # the hook's wait: this run's worker slot serves others meanwhile
+            taken = preview_take(spec, args, pool=self.pool, idempotency_key=step.idempotency_key)
+        self._record_preview(step, taken, purpose=purpose)
+        return taken.preview
 
     def _ask_human(self, step: Step, args: dict[str, Any]) -> None:
         """A question for a person: its answer is the result; the run parks until it comes.

@@ -34,7 +34,15 @@ from plans.guards.redaction import redact, redacted_json
 from plans.journal.events import LeaseLost, announce_committed, append_events
 from plans.journal.leases import Lease
 from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
-from plans.models import Approval, HumanQuestion, ModelCall, RunEvent, Step, ToolCall
+from plans.models import (
+    Approval,
+    HumanQuestion,
+    ModelCall,
+    RunEvent,
+    Step,
+    ToolCall,
+    ToolPreview,
+)
 
 # Group commit: writes wait at most this long, so a burst of steps costs one transaction.
 FLUSH_DELAY_S = 0.005
@@ -53,6 +61,8 @@ class Batch:
     model_calls: list[ModelCall] = field(default_factory=list)
     started_model_calls: list[ModelCall] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
+    stale_approvals: list[Approval] = field(default_factory=list)  # approved, target changed
+    previews: list[ToolPreview] = field(default_factory=list)
     questions: list[HumanQuestion] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
     oldest: float | None = None  # monotonic time of its oldest write
@@ -135,6 +145,17 @@ class RunRecorder:
     def approval_requested(self, approval: Approval) -> None:
         self._touch()
         self._batch.approvals.append(approval)
+
+    def approval_stale(self, approval: Approval, *, fresh: Approval) -> None:
+        """An approval whose target changed before its call: marked stale, and asked afresh."""
+        self._touch()
+        self._batch.stale_approvals.append(approval)
+        self._batch.approvals.append(fresh)
+
+    def tool_preview(self, preview: ToolPreview) -> None:
+        """A ToolPreview row: a preview hook's run (arguments and answer redacted as stored)."""
+        self._touch()
+        self._batch.previews.append(preview)
 
     def question_asked(self, question: HumanQuestion) -> None:
         self._touch()
@@ -375,8 +396,13 @@ class _Writer:
                 for call in updated_calls:
                     ModelCall.objects.filter(pk=call.pk).update(**_model_call_row(call))
                 model_calls_recorded(lease.run_id, updated_calls, before=before)
+            for stale in batch.stale_approvals:
+                # Before the fresh request: one pending approval per step.
+                Approval.objects.filter(pk=stale.pk).update(decision=Approval.Decision.STALE)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+            if batch.previews:
+                ToolPreview.objects.bulk_create([_redacted_preview(p) for p in batch.previews])
             if batch.questions:
                 HumanQuestion.objects.bulk_create(batch.questions)
             self._at_commit = True
@@ -403,6 +429,8 @@ def _merged(batches: list[Batch]) -> Batch:
         merged.model_calls += batch.model_calls
         merged.started_model_calls += batch.started_model_calls
         merged.approvals += batch.approvals
+        merged.stale_approvals += batch.stale_approvals
+        merged.previews += batch.previews
         merged.questions += batch.questions
         merged.run_fields.update(batch.run_fields)
         merged.durables += batch.durables
@@ -436,6 +464,14 @@ def record_late_tool_call(
         late_error=redact(late_error),
         late_arrived_at=late_arrived_at,
     )
+
+
+def _redacted_preview(preview: ToolPreview) -> ToolPreview:
+    preview.error = redact(preview.error)
+    preview.args = redacted_json(preview.args)[0]
+    if preview.preview is not None:
+        preview.preview = redacted_json(preview.preview)[0]
+    return preview
 
 
 def _redacted(tool_call: dict[str, Any]) -> dict[str, Any]:

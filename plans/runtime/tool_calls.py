@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,15 +18,30 @@ from django.db import connection
 from django.utils import timezone
 
 from plans.engine import (
+    preview_failed,
     storable,
     unstorable_in,
 )
+from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
 from plans.models import Approval
 from plans.runtime.gate import (
     approval_is_valid_for_call,
+    approval_target_stale,
 )
 from plans.runtime.recorder import Durable
+from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.tools import ToolError, ToolSpec
+
+
+@dataclass
+class PreviewTaken:
+    """A preview hook's run: its stored form (an {"error"} one if it failed), and when."""
+
+    preview: dict[str, Any]
+    error: str
+    started_at: datetime
+    duration_ms: float
+    args: dict[str, Any]  # what it was taken for
 
 
 @dataclass
@@ -37,6 +53,10 @@ class ToolOutcome:
     duration_ms: float
     retryable: bool = False
     tool_fault: bool = False  # the tool misbehaved (not a refusal of its input): breaker counts it
+    # The preview taken again just before the call, and, if the target changed since the
+    # reviewer saw it, what changed (the call was then not made).
+    recheck: PreviewTaken | None = None
+    stale: list[str] | None = None
 
 
 def invoke_tool(
@@ -50,6 +70,15 @@ def invoke_tool(
     if spec.destructive and not allowed:
         refusal = f"{spec.name} is destructive and has no approval for these arguments"
         return ToolOutcome(None, refusal, key, started_at, 0.0)
+    recheck = None
+    if spec.destructive and spec.preview is not None and approval is not None:
+        recheck, stale = _target_recheck(spec, approval, key=key)
+        if stale is not None:
+            refusal = "not called: its target changed since it was approved"
+            elapsed = (time.perf_counter() - t0) * 1000
+            return ToolOutcome(
+                None, refusal, key, started_at, elapsed, recheck=recheck, stale=stale
+            )
     result: Any = None
     error = ""
     retryable = fault = False
@@ -69,7 +98,67 @@ def invoke_tool(
         if connection.connection is not None:
             connection.close()
     duration_ms = (time.perf_counter() - t0) * 1000
-    return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault)
+    return ToolOutcome(result, error, key, started_at, duration_ms, retryable, fault, recheck)
+
+
+def _target_recheck(
+    spec: ToolSpec, approval: Approval, *, key: str
+) -> tuple[PreviewTaken | None, list[str] | None]:
+    """Ask the preview again, just before the call, when its reviewer saw one (gate's rule).
+
+    It is asked of the arguments the reviewer saw it for: an edit was decided on that preview.
+    """
+    if approval.target_version is None:
+        return None, None  # approved without a preview: no target version to hold it to
+    taken = preview_take(spec, approval.requested_args, pool=tool_threads(), idempotency_key=key)
+    return taken, approval_target_stale(approval=approval, current=taken.preview)
+
+
+def preview_breaker(tool: str) -> str:
+    """The circuit breaker a tool's preview hook counts against: its own, not the tool's."""
+    return f"preview:{tool}"
+
+
+def preview_take(
+    spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads, idempotency_key: str = ""
+) -> PreviewTaken:
+    """Run the tool's preview hook on a tool thread within its own limit and breaker.
+
+    A hook that fails, hangs past its limit or has its circuit open gives an {"error"} preview:
+    the caller shows "no preview: <error>" and goes on, never blocked by it.
+    """
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    breaker = preview_breaker(spec.name)
+    limit = spec.preview_timeout_s or settings.AGENTSITE_PREVIEW_TIMEOUT_S
+    error = ""
+    data: dict[str, Any] = {}
+    fault = False
+    if not circuit_admits(breaker):
+        error = CIRCUIT_OPEN_MESSAGE
+    else:
+        answered: queue.SimpleQueue[Call] = queue.SimpleQueue()
+        pool.submit(_run_preview, spec, args, idempotency_key, reply=answered.put)
+        try:
+            data = answered.get(timeout=limit).result()
+        except queue.Empty:
+            # Its thread stays in the hook; the tool threads grow past it, as for a hung call.
+            error, fault = f"timed out after {limit:g}s", True
+        except BaseException as exc:  # a hook's failure is its preview's, never the run's
+            error, fault = error_text(exc), not isinstance(exc, ToolError)
+        circuit_record(breaker, failed=fault, error=error)
+    duration_ms = (time.perf_counter() - t0) * 1000
+    preview = data if not error else preview_failed(error)
+    return PreviewTaken(preview, error, started_at, duration_ms, args)
+
+
+def _run_preview(spec: ToolSpec, args: dict[str, Any], key: str) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = _jsonable(spec.take_preview(args, idempotency_key=key))[0]
+        return data
+    finally:
+        if connection.connection is not None:
+            connection.close()
 
 
 def invoke_once_recorded(

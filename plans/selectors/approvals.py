@@ -19,7 +19,7 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
     waiting = (
         Approval.objects.filter(decision=Approval.Decision.PENDING)
         .exclude(run__status__in=Run.TERMINAL)
-        .select_related("run__goal__author", "step", "reviewer")
+        .select_related("run__goal__author", "step", "reviewer", "supersedes__reviewer")
         .order_by("-requested_at", "-pk")
     )
     return waiting.none() if rule is None else waiting.filter(rule)
@@ -62,7 +62,7 @@ def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> l
     return list(
         Approval.objects.filter(run_id=run_id, step__round=round_no)
         .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
-        .select_related("run__goal__author", "step", "reviewer")
+        .select_related("run__goal__author", "step", "reviewer", "supersedes__reviewer")
     )
 
 

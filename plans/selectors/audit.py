@@ -408,6 +408,10 @@ def _exported_approval(approval: Approval) -> dict[str, Any]:
         "reason": approval.reason,
         "requested_at": approval.requested_at,
         "decided_at": approval.decided_at,
+        # The tool's preview the reviewer saw; a request made again names the stale one.
+        "preview": approval.preview,
+        "supersedes": approval.supersedes_id,
+        "changes": approval.changes,
     }
 
 

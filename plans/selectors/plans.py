@@ -80,7 +80,7 @@ def step_inputs(step: Step) -> list[Step]:
 
 
 def step_approvals(step: Step) -> list[Approval]:
-    return list(step.approvals.select_related("reviewer"))
+    return list(step.approvals.select_related("reviewer", "supersedes__reviewer"))
 
 
 def step_question(step: Step) -> HumanQuestion | None:

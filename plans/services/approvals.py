@@ -278,6 +278,12 @@ def reviewer_check(reviewer: User | None) -> None:
 
 
 def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str) -> None:
+    if approval.decision == Approval.Decision.STALE:
+        raise ApprovalRefused(
+            "already_decided",
+            f"This {approval.tool} approval went stale: its target changed before the call, "
+            "which did not run. Decide the fresh request instead.",
+        )
     if approval.decision != Approval.Decision.PENDING:
         who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
         raise ApprovalRefused(

@@ -4,6 +4,7 @@ A tool is a typed function with a docstring, decorated with ``@tool`` in a modul
 ``settings.AGENTSITE_TOOL_MODULES``; see ``plans.tools.builtin`` for examples.
 """
 
+from plans.engine import Preview
 from plans.tools.errors import ToolError
 from plans.tools.registry import (
     ToolSource,
@@ -18,6 +19,7 @@ from plans.tools.schema import Between
 
 __all__ = [
     "Between",
+    "Preview",
     "ToolError",
     "ToolSource",
     "ToolSpec",

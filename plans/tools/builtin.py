@@ -22,12 +22,14 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict, cast
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail as django_send_mail
 from django.core.validators import validate_email
 from django.db import OperationalError
 
-from plans.models import LedgerEntry
+from plans.engine import Preview
+from plans.models import LedgerEntry, ToolCall
 from plans.tools.calculator import evaluate
 from plans.tools.errors import ToolError
 from plans.tools.ledger import once, reference_for
@@ -428,10 +430,165 @@ def search(query: str, limit: SearchHits = 3) -> list[SearchHit]:
     ]
 
 
+# --- previews: what a side effect would do, read from the ledger, never acting -------------
+
+
+def _rupees(amount: int) -> str:
+    """₹ with Indian digit grouping: ₹2,499, ₹92,800, ₹1,00,000."""
+    sign, digits = ("-", str(-amount)) if amount < 0 else ("", str(amount))
+    head, tail = digits[:-3], digits[-3:]
+    groups: list[str] = []
+    while len(head) > 2:
+        head, group = head[:-2], head[-2:]
+        groups.insert(0, group)
+    grouped = ",".join([g for g in [head, *groups] if g] + [tail])
+    return f"{sign}₹{grouped}"
+
+
+def _ledger_version(entries: list[LedgerEntry]) -> str:
+    """A target version for the ledger entries an effect depends on: changes with any of them."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        digest.update(f"{entry.pk}:{entry.reference}:{'result' in entry.details};".encode())
+    return f"{len(entries)}:{digest.hexdigest()[:16]}"
+
+
+def _by_run(entries: list[LedgerEntry]) -> dict[str, int]:
+    """Which run made each ledger entry (by idempotency key), where one did."""
+    keys = [entry.idempotency_key for entry in entries]
+    calls = ToolCall.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", "run")
+    return dict(calls) if keys else {}
+
+
+def _made_by(entry: LedgerEntry, runs: dict[str, int]) -> str:
+    run = runs.get(entry.idempotency_key)
+    return f"{entry.reference}, run #{run}" if run else entry.reference
+
+
+def _earlier(kind: str, key: str, **details: Any) -> list[LedgerEntry]:
+    """Effects of this kind on the same target, but for this very call's own (by its key)."""
+    lookups = {f"details__{name}": value for name, value in details.items()}
+    entries = LedgerEntry.objects.filter(kind=kind, **lookups).exclude(idempotency_key=key)
+    return list(entries.order_by("pk"))
+
+
+def _refund_preview(order_id: str, amount_inr: int, reason: str, idempotency_key: str) -> Preview:
+    order = _order(order_id)
+    earlier = _earlier("refund", idempotency_key, order_id=order["id"])
+    runs = _by_run(earlier)
+    refunded = sum(int(entry.details["amount_inr"]) for entry in earlier)
+    total = int(order["total_inr"])
+    left_after = total - refunded - amount_inr
+    paid_with = order.get("paid_with", "the original payment method")
+    history = "; ".join(
+        f"{_rupees(int(e.details['amount_inr']))} ({_made_by(e, runs)})" for e in earlier
+    )
+    warnings = []
+    if left_after < 0:
+        warnings.append(
+            f"only {_rupees(total - refunded)} is left to refund: this refund will be refused"
+        )
+    elif left_after == 0 and refunded == 0:
+        warnings.append("this refunds the whole order")
+    elif left_after == 0:
+        warnings.append("this refunds everything that is left of the order")
+    if refunded:
+        warnings.append(f"{_rupees(refunded)} of this order was refunded already")
+    return Preview(
+        summary=(
+            f"Refund {_rupees(amount_inr)} of {_rupees(total)} to {paid_with}; "
+            f"already refunded {_rupees(refunded)}"
+        ),
+        facts=[
+            ("Order total", _rupees(total)),
+            ("Already refunded", _rupees(refunded)),
+            ("Left after this refund", _rupees(max(left_after, 0))),
+            ("Refunded to", paid_with),
+            ("Earlier refunds", history or "none"),
+        ],
+        warnings=warnings,
+        target_version=f"refunds {_ledger_version(earlier)}",
+    )
+
+
+def _email_preview(to: str, subject: str, body: str, idempotency_key: str) -> Preview:
+    to = to.strip()
+    subject, body = subject.strip(), body.strip()
+    sender = settings.DEFAULT_FROM_EMAIL
+    sent = _earlier("email", idempotency_key, to=to)
+    runs = _by_run(sent)
+    warnings = []
+    if sent:
+        last = sent[-1]
+        warnings.append(
+            f"{to} was emailed {len(sent)} time(s) already (last: {_made_by(last, runs)}, "
+            f"subject {last.details.get('subject', '')!r})"
+        )
+    message = f"From: {sender}\nTo: {to}\nSubject: {subject}\n\n{body}"
+    return Preview(
+        summary=f"Send {subject!r} to {to} ({len(body):,} characters)",
+        facts=[("Message as sent", message), ("Emails to this address so far", str(len(sent)))],
+        warnings=warnings,
+        # The message is the target: earlier e-mails are worth a warning, not a new decision
+        # (two identical e-mails may be meant).
+        target_version="message " + hashlib.sha256(message.encode()).hexdigest()[:16],
+    )
+
+
+def _booking_preview(
+    kind: str, quote: int, price_inr: int, what: str, args: dict[str, Any], key: str
+) -> Preview:
+    same = _earlier(kind, key, **args)
+    runs = _by_run(same)
+    holds = quote == price_inr
+    warnings = []
+    if not holds:
+        warnings.append(
+            f"the price is {_rupees(quote)} now, not the quoted {_rupees(price_inr)}: the "
+            "booking will be refused"
+        )
+    if same:
+        warnings.append("already booked: " + "; ".join(_made_by(entry, runs) for entry in same))
+    return Preview(
+        summary=f"Book {what} at {_rupees(quote)}" + ("" if holds else " (quote out of date)"),
+        facts=[
+            ("Price now", _rupees(quote)),
+            ("Quoted", _rupees(price_inr)),
+            ("Quote holds", holds),
+            ("Same bookings so far", str(len(same))),
+        ],
+        warnings=warnings,
+        target_version=f"price {quote}; bookings {_ledger_version(same)}",
+    )
+
+
+def _flight_preview(
+    origin: str, destination: str, date: str, passenger: str, price_inr: int, idempotency_key: str
+) -> Preview:
+    departure, arrival = _city(origin), _city(destination)
+    day = _date(date, "date")
+    fare = _fare(departure, arrival, day)
+    route = {"origin": departure.name, "destination": arrival.name, "date": day}
+    what = f"{departure.name} → {arrival.name} on {day} for {passenger.strip()}"
+    route["passenger"] = passenger.strip()
+    return _booking_preview("flight", fare, price_inr, what, route, idempotency_key)
+
+
+def _hotel_preview(
+    city: str, check_in: str, nights: int, guest: str, price_inr: int, idempotency_key: str
+) -> Preview:
+    place = _city(city)
+    day = _date(check_in, "check_in")
+    quote = place.hotel_nightly_inr * _nights(nights)
+    what = f"{nights} night(s) in {place.name} from {day} for {guest.strip()}"
+    stay = {"city": place.name, "check_in": day, "nights": nights, "guest": guest.strip()}
+    return _booking_preview("hotel", quote, price_inr, what, stay, idempotency_key)
+
+
 # --- side effects, once per idempotency key (plans.tools.ledger) ---------------------------
 
 
-@tool(destructive=True, timeout_s=30, retryable=_EMAIL_RETRYABLE)
+@tool(destructive=True, timeout_s=30, retryable=_EMAIL_RETRYABLE, preview=_email_preview)
 def send_email(to: str, subject: str, body: str, idempotency_key: str) -> EmailSent:
     """Send a plain-text email from the shop (once per idempotency key).
 
@@ -459,7 +616,7 @@ def send_email(to: str, subject: str, body: str, idempotency_key: str) -> EmailS
     return cast(EmailSent, once("email", idempotency_key, args, result, deliver=deliver))
 
 
-@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
+@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE, preview=_refund_preview)
 def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key: str) -> Refund:
     """Refund part or all of a demo order to the customer's original payment method (once per
     idempotency key); refunds of an order never exceed what was paid for it.
@@ -495,7 +652,7 @@ def issue_refund(order_id: str, amount_inr: Rupees, reason: str, idempotency_key
     return cast(Refund, once("refund", idempotency_key, args, result, check=check_total))
 
 
-@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
+@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE, preview=_flight_preview)
 def book_flight(
     origin: str,
     destination: str,
@@ -534,7 +691,7 @@ def book_flight(
     return cast(FlightBooking, once("flight", idempotency_key, args, result))
 
 
-@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE)
+@tool(destructive=True, timeout_s=30, retryable=_LEDGER_RETRYABLE, preview=_hotel_preview)
 def book_hotel(
     city: str, check_in: str, nights: Nights, guest: str, price_inr: Rupees, idempotency_key: str
 ) -> HotelBooking:

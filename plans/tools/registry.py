@@ -15,6 +15,7 @@ from typing import Any, Protocol, overload
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from plans.engine import preview_data
 from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
@@ -48,6 +49,10 @@ class ToolSpec:
     # The MCP server whose text the description and schema are ("" for our own tools): the
     # planner's prompt shows that text as the server's data, not as our instructions.
     server: str = ""
+    # For a destructive tool: preview(**args) -> a Preview of the effect, computed without
+    # acting; asked before a reviewer decides and again just before the call (same limit).
+    preview: Callable[..., Any] | None = None
+    preview_timeout_s: float | None = None
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
@@ -70,10 +75,33 @@ class ToolSpec:
             )
         return result
 
+    def take_preview(self, args: Mapping[str, Any], *, idempotency_key: str = "") -> dict[str, Any]:
+        """The preview hook's answer for these arguments, in its stored form (see
+        plans.engine.previews); raises what the hook raises, or PreviewInvalid.
+
+        A hook with an ``idempotency_key`` parameter gets the call's key ("" before it has
+        one): an effect already made under it is this very call's, not a change of target.
+        """
+        assert self.preview is not None
+        kwargs = dict(args)
+        for name, convert in self.converters.items():
+            if name in kwargs:
+                kwargs[name] = convert(kwargs[name])
+        if _takes_key(self.preview):
+            kwargs[IDEMPOTENCY_PARAM] = idempotency_key
+        return preview_data(self.preview(**kwargs))
+
     @property
     def origin(self) -> str:
         """Dotted path of the function, for messages."""
         return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return IDEMPOTENCY_PARAM in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 # Every decorated function, by defining module then tool name; filled at import time.
@@ -100,6 +128,8 @@ def tool[F: Callable[..., Any]](
     retryable: Iterable[type[BaseException]] = (),
     pure: bool = False,
     reconcile: Callable[[str], Any] | None = None,
+    preview: Callable[..., Any] | None = None,
+    preview_timeout_s: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -113,14 +143,19 @@ def tool(
     retryable: Iterable[type[BaseException]] = (),
     pure: bool = False,
     reconcile: Callable[[str], Any] | None = None,
+    preview: Callable[..., Any] | None = None,
+    preview_timeout_s: float | None = None,
 ) -> Any:
     """Declare a function as a tool; usable bare (``@tool``) or with options (``@tool(...)``).
 
     ``pure=True`` promises the same result for the same arguments at any time, so a run may
     reuse an earlier identical call's result; ``reconcile`` (destructive tools) answers, for an
-    idempotency key, the result of a call whose reply never came, or None if unknown.
+    idempotency key, the result of a call whose reply never came, or None if unknown;
+    ``preview`` (destructive tools) takes the arguments and returns a Preview of the effect
+    without acting, within ``preview_timeout_s`` (AGENTSITE_PREVIEW_TIMEOUT_S by default).
     """
     retry_on = _check_options(destructive, timeout_s, name, retryable, pure, reconcile)
+    _check_preview(destructive, preview, preview_timeout_s)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         tool_name = _check_function(func, name)
@@ -138,6 +173,8 @@ def tool(
             reconcile=reconcile,
             converters=derived.converters,
             output_schema=derived.output_schema,
+            preview=preview,
+            preview_timeout_s=None if preview_timeout_s is None else float(preview_timeout_s),
         )
         _declare(spec)
         func.tool_spec = spec  # type: ignore[attr-defined]
@@ -193,6 +230,25 @@ def _check_options(
     if reconcile is not None and not (callable(reconcile) and destructive):
         raise TypeError("@tool(reconcile=...) must be a function, for a destructive tool")
     return retry_on
+
+
+def _check_preview(destructive: bool, preview: Any, timeout_s: Any) -> None:
+    if preview is not None and not (callable(preview) and destructive):
+        raise TypeError("@tool(preview=...) must be a function, for a destructive tool")
+    if preview is not None and (
+        inspect.iscoroutinefunction(preview) or inspect.isasyncgenfunction(preview)
+    ):
+        raise TypeError("@tool(preview=...) must be a plain function: previews run synchronously")
+    if timeout_s is not None and (
+        preview is None
+        or isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or timeout_s <= 0
+    ):
+        raise TypeError(
+            f"@tool(preview_timeout_s=...) must be a positive number, with a preview; got "
+            f"{timeout_s!r}"
+        )
 
 
 def _declare(spec: ToolSpec) -> None:

@@ -160,7 +160,7 @@ def plan_dot(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval] | 
                 "peripheries": "2",
                 "color": DESTRUCTIVE_BORDER_COLOUR,
             }
-        tooltip = _tooltip(step)
+        tooltip = _tooltip(step, decisions.get(step.step_id))
         if tooltip:
             attributes["tooltip"] = tooltip
         label = _node_label(step, decisions.get(step.step_id))
@@ -250,6 +250,8 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
     if decision.decision == Approval.Decision.APPROVED:
         edited = " with edits" if decision.args != decision.requested_args else ""
         return f'<FONT COLOR="#067647">\u2713 approved{edited} by {who}</FONT>'
+    if decision.decision == Approval.Decision.STALE:
+        return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">\u2717 stale: target changed</FONT>'
     if decision.decision == Approval.Decision.EXPIRED:
         return (
             f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">\u2717 expired: not decided in time</FONT>'
@@ -257,15 +259,35 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
     return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">\u2717 rejected by {who}</FONT>'
 
 
-def _tooltip(step: Step) -> str:
-    """Why a step did not run or failed, as plain text for the node's tooltip."""
-    if not step.error:
-        return ""
-    why = {"skipped": "Skipped", "blocked": "Blocked", "failed": "Failed"}.get(step.status, "")
-    error = str(step.error)
-    said = error.lower().startswith(why.lower())
-    text = f"{why}: {error}" if why and not said else error[:1].upper() + error[1:]
-    return _shorten(_visible(shown_text(text)), TOOLTIP_CHARS)
+def _tooltip(step: Step, decision: Approval | None = None) -> str:
+    """Why a step did not run or failed, and a destructive step's preview of its effect, as
+    plain text for the node's tooltip (graphviz quotes it; the SVG is sanitised after)."""
+    lines = []
+    if step.error:
+        why = {"skipped": "Skipped", "blocked": "Blocked", "failed": "Failed"}.get(step.status, "")
+        error = str(step.error)
+        said = error.lower().startswith(why.lower())
+        lines.append(f"{why}: {error}" if why and not said else error[:1].upper() + error[1:])
+    if step.destructive and decision is not None:
+        lines += _preview_lines(decision)
+    # Line by line: a line break is kept as one (what a title shows), other controls are not.
+    text = "\n".join(_visible(shown_text(line)) for line in "\n".join(lines).split("\n"))
+    return _shorten(text, TOOLTIP_CHARS)
+
+
+def _preview_lines(decision: Approval) -> list[str]:
+    preview = decision.preview
+    if preview is None:
+        return ["No preview"]
+    if not isinstance(preview, dict) or "error" in preview:
+        error = preview.get("error") if isinstance(preview, dict) else "unreadable"
+        return [f"No preview: {error}"]
+    lines = [f"Preview: {preview.get('summary', '')}"]
+    lines += [f"{label}: {value}" for label, value in preview.get("facts", [])]
+    lines += [f"\u26a0 {warning}" for warning in preview.get("warnings", [])]
+    if decision.changes:
+        lines.append("Changed since approved: " + "; ".join(map(str, decision.changes)))
+    return lines
 
 
 def _status(status: str) -> str:

@@ -237,3 +237,72 @@ def test_replans_never_repeat_an_effect_unless_the_plan_marks_a_repeat(
         if row.destructive and row.reused_from:
             assert not Approval.objects.filter(step=row).exists()  # nobody asked again
             assert not ToolCall.objects.filter(step=row).exists()
+
+
+# --- previews bound to their targets --------------------------------------------------------
+
+PREVIEW_ACTIONS = st.lists(
+    st.sampled_from(["advance 0", "advance 1", "approve 0", "approve 1", "restock"]),
+    max_size=12,
+)
+
+
+@hypothesis_settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(actions=PREVIEW_ACTIONS, quantities=st.tuples(st.integers(1, 4), st.integers(1, 4)))
+@example(
+    actions=["advance 0", "advance 1", "approve 0", "approve 1", "advance 0"], quantities=(2, 2)
+)
+def test_no_call_runs_against_a_target_version_other_than_the_one_its_approver_saw(
+    settings, author, reviewer, actions, quantities
+):
+    """Two runs ship from one stock item, with approvals, launches and outside changes in a
+    random order: every shipment is made against the version its approval's preview showed."""
+    from plans.services.approvals import approval_decide
+    from tests import preview_tools
+
+    settings.AGENTSITE_TOOL_MODULES = ["tests.preview_tools"]
+    preview_tools.reset(widget=6)
+    runs = [
+        run_create(
+            author=author,
+            goal_text=f"ship {index}",
+            plan_data={
+                "steps": [{"id": 1, "tool": "ship", "args": {"item": "widget", "quantity": q}}]
+            },
+        )
+        for index, q in enumerate(quantities)
+    ]
+
+    def approve(run):
+        for approval in Approval.objects.filter(run=run, decision="pending"):
+            approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+
+    for action in actions:
+        if action == "restock":
+            preview_tools.restock("widget", 1)
+            continue
+        verb, index = action.split()
+        run = runs[int(index)]
+        if verb == "approve":
+            approve(run)
+        elif not Run.objects.get(pk=run.pk).is_terminal:
+            advance_run(run.pk)
+    for _ in range(4):  # then each is decided and launched until it ends
+        for run in runs:
+            if not Run.objects.get(pk=run.pk).is_terminal:
+                approve(run)
+                advance_run(run.pk)
+
+    assert all(Run.objects.get(pk=run.pk).is_terminal for run in runs)
+    keys = [key for _, _, key in preview_tools.shipped]
+    assert len(keys) == len(set(keys))  # each call at most once
+    for _, version, key in preview_tools.shipped:
+        step = Step.objects.get(idempotency_key=key)
+        (authorised,) = Approval.objects.filter(step=step, decision="approved")
+        assert authorised.target_version == f"widget@{version}"
+    for approval in Approval.objects.filter(decision="stale"):
+        assert approval.superseded_by.supersedes_id == approval.pk

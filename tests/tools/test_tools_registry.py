@@ -193,3 +193,22 @@ def test_a_tool_module_that_reads_the_registry_while_importing_gets_a_clear_erro
     fresh_registry.AGENTSITE_TOOL_MODULES = ["tests.tools.sample_eager_tools"]
     with pytest.raises(ImproperlyConfigured, match="while the tool modules were being imported"):
         get_registry()
+
+
+def test_a_preview_is_a_plain_function_of_a_destructive_tool():
+    from plans.tools import Preview, tool
+
+    def preview(x: int) -> Preview:
+        return Preview(summary=str(x))
+
+    async def async_preview(x: int) -> Preview:
+        return Preview(summary=str(x))
+
+    with pytest.raises(TypeError, match="must be a function, for a destructive tool"):
+        tool(preview=preview)
+    with pytest.raises(TypeError, match="must be a plain function"):
+        tool(destructive=True, preview=async_preview)
+    with pytest.raises(TypeError, match=r"preview_timeout_s=\.\.\.\) must be a positive"):
+        tool(destructive=True, preview_timeout_s=0, preview=preview)
+    with pytest.raises(TypeError, match="with a preview"):
+        tool(destructive=True, preview_timeout_s=2)

@@ -380,3 +380,34 @@ def test_an_unreadable_invalid_plan_gets_an_error_box_saying_why():
     plan = Plan(pk=8, is_valid=False, raw_output="no json here", problems=["no plan"])
 
     assert "could not be read as a plan" in plan_svg(plan, [])
+
+
+def test_a_destructive_node_shows_its_preview_in_the_tooltip_as_plain_text():
+    decision = approval("pending", reviewer=None)
+    decision.preview = {
+        "summary": f"Refund ₹2,499 {DOT_BREAKER}",
+        "facts": [["Refunded to", SCRIPT], ["Note", MULTILINE]],
+        "warnings": [IMG],
+        "target_version": "v1",
+    }
+    decision.changes = ["Already refunded: ₹0 → ₹500"]
+    root = parse(plan_svg(Plan(pk=1), refund_steps("awaiting_approval"), decisions={2: decision}))
+
+    title = node(root, 2).find("svg:g/svg:g/svg:title", NS).text
+    assert title.splitlines() == [
+        f"Preview: Refund ₹2,499 {DOT_BREAKER}",
+        f"Refunded to: {SCRIPT}",
+        "Note: line one",
+        "line two {braces} }",
+        f"\u26a0 {IMG}",
+        "Changed since approved: Already refunded: ₹0 → ₹500",
+    ]
+    assert not root.findall(".//svg:script", NS)
+
+
+def test_a_destructive_node_without_a_preview_says_so_in_its_tooltip():
+    failed = approval("pending", reviewer=None)
+    failed.preview = {"error": "timed out after 5s"}
+    root = parse(plan_svg(Plan(pk=1), refund_steps("awaiting_approval"), decisions={2: failed}))
+
+    assert node(root, 2).find("svg:g/svg:g/svg:title", NS).text == "No preview: timed out after 5s"
