@@ -368,6 +368,16 @@ class Approval(models.Model):
         API = "api"
         CLI = "cli", "command line"
         TTL = "ttl", "time limit"
+        RULE = "rule", "approval rule"
+
+    class RuleOutcome(models.TextChoices):
+        """What the approval rule that matched the call decided (plans.engine.approval_rules)."""
+
+        NONE = "", "no rule"
+        APPROVE = "approve", "approved by the rule"
+        REQUIRE = "require", "distinct reviewers required"
+        ROUTE = "route", "routed to groups"
+        DENY = "deny", "denied by the rule"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
@@ -383,6 +393,16 @@ class Approval(models.Model):
     reason = models.TextField(blank=True)
     requested_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # The approval rule that matched the call when it was asked about, and its version; kept
+    # with the outcome so a later change of the rules never changes what was decided.
+    rule = models.CharField(max_length=80, blank=True)
+    rule_version = models.CharField(max_length=12, blank=True)
+    rule_outcome = models.CharField(max_length=10, choices=RuleOutcome, blank=True)
+    rule_error = models.TextField(blank=True, help_text="Why the matching rule was not applied.")
+    # Who may decide: this many distinct approvals on the same arguments, from members of these
+    # groups (none named: anyone who may decide approvals).
+    approvals_needed = models.PositiveSmallIntegerField(default=1)
+    groups = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -417,6 +437,42 @@ class Approval(models.Model):
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )
+
+    @property
+    def decided_by_rule(self) -> bool:
+        return self.via == self.Via.RULE
+
+    @property
+    def approvals_counted(self) -> int:
+        """Distinct approvals of the current arguments so far (the votes must be prefetched or
+        are read)."""
+        return sum(1 for vote in self.votes.all() if vote.args_sha256 == self.args_sha256)
+
+
+class ApprovalVote(models.Model):
+    """One reviewer's approval of an approval's arguments as they were (hash), towards its
+    approvals_needed; an edit changes the arguments, so earlier votes stop counting."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    args_sha256 = models.CharField(max_length=64)
+    args = models.JSONField()
+    edited = models.BooleanField(default=False)
+    via = models.CharField(max_length=10, choices=Approval.Via)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Concurrent approvals by one reviewer count once, whatever the race.
+            models.UniqueConstraint(
+                fields=["approval", "reviewer", "args_sha256"],
+                name="one_vote_per_reviewer_and_args",
+            ),
+        ]
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_id} approved {self.approval_id}"
 
 
 class HumanQuestion(models.Model):
@@ -479,6 +535,7 @@ class RunEvent(models.Model):
         STEP_FINISHED = "step_finished"
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
+        APPROVAL_COUNTED = "approval_counted"  # one of the n distinct approvals a rule requires
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan

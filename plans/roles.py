@@ -1,5 +1,7 @@
 """The three roles as groups: authors submit goals, reviewers decide, operators audit."""
 
+from collections.abc import Collection
+
 from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
 
@@ -44,6 +46,21 @@ def may_submit_goals(user) -> bool:
 def may_decide(user) -> bool:
     """Reviewers (plans.decide_approval, from their group or their own) decide approvals."""
     return bool(user is not None and user.is_authenticated and user.has_perm(DECIDE))
+
+
+def group_names(user) -> frozenset[str]:
+    """The names of the user's groups, read once per user object."""
+    names = getattr(user, "_agentsite_group_names", None)
+    if names is None:
+        names = frozenset(user.groups.values_list("name", flat=True)) if user.pk else frozenset()
+        user._agentsite_group_names = names
+    return names
+
+
+def routing_forbids(*, user, groups: Collection[str]) -> bool:
+    """Routing: a request an approval rule routed to groups is decided only by their members
+    (no groups named: by anyone who may decide)."""
+    return bool(groups) and not (group_names(user) & set(groups))
 
 
 # Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.

@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
 from plans.engine import args_match_sha256, args_sha256
-from plans.models import Approval, Step
+from plans.engine.approval_rules import Kind, Match, call_match
+from plans.guards.approval_rules import call_context, rules_load
+from plans.models import Approval, Run, Step
+from plans.tools import ToolSpec
 
 
 class Verdict(StrEnum):
@@ -60,13 +66,85 @@ def approval_is_valid_for_call(
     return approval is not None and approval.authorises(tool=tool, args=args, step_id=step_pk)
 
 
-def approval_request(*, run_id: int, step: Step, resolved_args: dict[str, Any]) -> Approval:
-    """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
-    return Approval(
-        run_id=run_id,
+def approval_request(
+    *, run: Run, step: Step, spec: ToolSpec | None, resolved_args: dict[str, Any]
+) -> Approval:
+    """A new approval for the step's resolved arguments as the first matching approval rule has
+    it: decided by the rule, or pending for the people it names (saved by the caller's recorder).
+
+    Asked once per call: once stored, the decision is read (approval_gate), never re-evaluated.
+    """
+    approval = Approval(
+        run_id=run.pk,
         step=step,
         tool=step.tool,
         requested_args=resolved_args,
         args=resolved_args,
         args_sha256=args_sha256(step.tool, resolved_args),
+    )
+    try:
+        rules = rules_load()
+    except ImproperlyConfigured as broken:
+        # Fail closed: a person decides, and the card says why no rule was applied.
+        approval.rule_error = f"the approval rules could not be loaded: {broken}"
+        return approval
+    if rules:
+        context = call_context(run=run, spec=spec, tool=step.tool, args=resolved_args)
+        approval_rule_apply(approval, call_match(rules, context))
+    return approval
+
+
+def approval_rule_apply(approval: Approval, match: Match) -> None:
+    """Record a rule's outcome on a new approval: who may decide it, or its decision."""
+    if match.rule is None:
+        return
+    approval.rule = match.rule.name
+    approval.rule_version = match.rule.version
+    approval.rule_error = match.error
+    outcome = match.outcome
+    approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
+    approval.approvals_needed = outcome.approvals
+    approval.groups = list(outcome.groups)
+    if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
+        return
+    approval.via = Approval.Via.RULE
+    approval.decided_at = timezone.now()
+    if outcome.kind is Kind.APPROVE:
+        approval.decision = Approval.Decision.APPROVED
+    else:
+        approval.decision = Approval.Decision.REJECTED
+        approval.reason = f"denied by approval rule {match.rule.name}: {outcome.reason}"
+
+
+def approval_rule_payload(approval: Approval) -> dict[str, Any]:
+    """What an approval event says of the rule that matched its call (nothing if none did)."""
+    if not approval.rule and not approval.rule_error:
+        return {}
+    payload: dict[str, Any] = {
+        "rule": approval.rule,
+        "rule_version": approval.rule_version,
+        "rule_outcome": approval.rule_outcome,
+        "approvals_needed": approval.approvals_needed,
+        "groups": approval.groups,
+    }
+    if approval.rule_error:
+        payload["rule_error"] = approval.rule_error
+    return payload
+
+
+def decided_by_rule_event(approval: Approval) -> tuple[str, dict[str, Any]]:
+    """The run event of a call an approval rule decided when it was asked (no person did)."""
+    return (
+        "approval_decided",
+        {
+            "step": approval.step.step_id,
+            "tool": approval.tool,
+            "decision": approval.decision,
+            "reviewer": f"rule {approval.rule}",
+            "reason": approval.reason,
+            "args": approval.args,
+            "edited": False,
+            "args_sha256": approval.args_sha256,
+            **approval_rule_payload(approval),
+        },
     )

@@ -20,8 +20,8 @@ from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
 from plans.journal.events import INBOX_GROUP, append_events, group_send
 from plans.journal.rollup import approval_decided
 from plans.journal.tasks import run_enqueue
-from plans.models import Approval, Run
-from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids, may_decide
+from plans.models import Approval, ApprovalVote, Run
+from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors.approvals import approvals_visible
 from plans.services.refusals import Refused, text_clean
 from plans.tools import get_registry
@@ -30,8 +30,8 @@ from plans.tools import get_registry
 class ApprovalRefused(Refused):
     """A decision that cannot be recorded; nothing was changed. Codes: signed_out,
     not_a_reviewer, reason_required, text_invalid, already_decided, run_ended, four_eyes,
-    tool_unknown, args_invalid; through the API also listed_twice, not_found, stale_hash and
-    edit_with_reject."""
+    not_in_group, already_approved, stale_hash, tool_unknown, args_invalid; through the API
+    also listed_twice, not_found and edit_with_reject."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ def approval_decide(
     edited_args: Mapping[str, Any] | None = None,
     via: str = "web",
     resume: bool = True,
+    seen_sha256: str | None = None,
 ) -> Approval:
     """Record a reviewer's decision; refuses (changing nothing) when it may not be made."""
     return approvals_decide(
@@ -76,6 +77,7 @@ def approval_decide(
         edited_args={approval.pk: edited_args} if edited_args is not None else None,
         via=via,
         resume=resume,
+        seen={approval.pk: seen_sha256} if seen_sha256 is not None else None,
     )[0]
 
 
@@ -88,8 +90,14 @@ def approvals_decide(
     edited_args: Mapping[int, Mapping[str, Any]] | None = None,
     via: str = "web",
     resume: bool = True,
+    seen: Mapping[int, str] | None = None,
 ) -> list[Approval]:
-    """Decide several approvals together, all or nothing."""
+    """Decide several approvals together, all or nothing.
+
+    seen: by approval, the hash of the arguments its reviewer was shown; a decision on other
+    arguments is refused (stale_hash). An approval needing n distinct approvals (an approval
+    rule) is decided by the n-th approval of the same arguments; a reject is always final.
+    """
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     reason = reason_clean(reason)
@@ -101,15 +109,23 @@ def approvals_decide(
         for approval in approvals:
             locked = (
                 # OF: PostgreSQL cannot lock the nullable side of the reviewer's outer join.
+                # The lock also orders concurrent approvals: each counts once, in turn.
                 Approval.objects.select_for_update(of=("self", "run"))
                 .select_related("run__goal__author", "reviewer", "step")
                 .get(pk=approval.pk)
             )
             _check_decision_allowed(locked, reviewer, via)
+            if seen is not None:
+                approval_seen_check(locked, seen.get(locked.pk))
             args = edited_args.get(locked.pk)
             if args is not None and approve:
                 locked.args = _validated_edit(locked.tool, args, step_id=locked.step.step_id)
             locked.args_sha256 = args_sha256(locked.tool, locked.args)
+            if approve and not _approval_counts_enough(locked, reviewer, via, edited=args):
+                locked.save(update_fields=["args", "args_sha256"])
+                append_events(locked.run_id, [counted_event(locked, reviewer)])
+                decided.append(locked)
+                continue
             locked.decision = Approval.Decision.APPROVED if approve else Approval.Decision.REJECTED
             locked.reviewer = reviewer
             locked.via = via
@@ -129,6 +145,68 @@ def approvals_decide(
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
+
+
+def _approval_counts_enough(
+    approval: Approval, reviewer: User | None, via: str, *, edited: Mapping[str, Any] | None
+) -> bool:
+    """Count this approval towards the n distinct ones the approval needs; True if it is the
+    n-th on the current arguments (an edit starts the count again, at this approval).
+
+    The command line (the operator's own shell, with no person named) decides outright.
+    """
+    if approval.approvals_needed <= 1 or reviewer is None or via not in PEOPLES_CHANNELS:
+        return True
+    if approval.run.goal.author_id == reviewer.pk:
+        # Whatever AGENTSITE_FOUR_EYES says, the author is never one of the n.
+        raise four_eyes_refused("destructive steps")
+    votes = ApprovalVote.objects.filter(approval=approval, args_sha256=approval.args_sha256)
+    if votes.filter(reviewer=reviewer).exists():
+        raise ApprovalRefused(
+            "already_approved",
+            f"You already approved these arguments of step {approval.step.step_id} "
+            f"({approval.tool}); it needs {approval.approvals_needed} distinct reviewers, so "
+            "another one must approve.",
+        )
+    ApprovalVote.objects.create(
+        approval=approval,
+        reviewer=reviewer,
+        args_sha256=approval.args_sha256,
+        args=approval.args,
+        edited=edited is not None and dict(edited) != approval.requested_args,
+        via=via,
+    )
+    return votes.count() >= approval.approvals_needed
+
+
+def approval_seen_check(approval: Approval, seen_sha256: str | None) -> None:
+    """Refuse a decision on arguments other than those the reviewer was shown (stale_hash)."""
+    if approval.decision == Approval.Decision.PENDING and seen_sha256 != approval.args_sha256:
+        raise ApprovalRefused(
+            "stale_hash",
+            f"Approval {approval.pk} (step {approval.step.step_id}, {approval.tool}): the "
+            f"arguments are not the ones you saw (their hash is {approval.args_sha256}); read "
+            "them again. Nothing was decided.",
+        )
+
+
+def counted_event(approval: Approval, reviewer: User | None) -> tuple[str, dict[str, Any]]:
+    """The run event of one approval counted towards the n distinct ones a rule requires."""
+    return (
+        "approval_counted",
+        {
+            "approval": approval.pk,
+            "step": approval.step.step_id,
+            "tool": approval.tool,
+            "reviewer": reviewer.get_username() if reviewer else "",
+            "counted": approval.approvals_counted,
+            "needed": approval.approvals_needed,
+            "args": approval.args,
+            "args_sha256": approval.args_sha256,
+            "edited": approval.args != approval.requested_args,
+            "rule": approval.rule,
+        },
+    )
 
 
 def approvals_decide_seen(
@@ -156,14 +234,7 @@ def approvals_decide_seen(
     edited: dict[int, Mapping[str, Any]] = {}
     for choice in seen:
         approval = found[choice.approval_id]
-        if approval.decision == Approval.Decision.PENDING and (
-            choice.args_sha256 != approval.args_sha256
-        ):
-            raise ApprovalRefused(
-                "stale_hash",
-                f"Approval {approval.pk}: the arguments are not the ones you saw (their hash is "
-                f"{approval.args_sha256}); read them again. Nothing was decided.",
-            )
+        approval_seen_check(approval, choice.args_sha256)
         if choice.args is not None:
             if not approve:
                 raise ApprovalRefused("edit_with_reject", "Edited arguments only go with approve.")
@@ -176,6 +247,7 @@ def approvals_decide_seen(
         reason=reason,
         edited_args=edited or None,
         via=via,
+        seen={choice.approval_id: choice.args_sha256 for choice in seen},
     )
 
 
@@ -268,6 +340,12 @@ def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str)
         raise ApprovalRefused("run_ended", "The run is being cancelled; nothing to decide.")
     if four_eyes_forbids(run=approval.run, reviewer=reviewer, via=via):
         raise four_eyes_refused("destructive steps")
+    if via in PEOPLES_CHANNELS and routing_forbids(user=reviewer, groups=approval.groups):
+        raise ApprovalRefused(
+            "not_in_group",
+            f"Approval rule {approval.rule or '(none)'} routed this {approval.tool} step to "
+            f"{' or '.join(approval.groups)}: only their members may decide it.",
+        )
 
 
 def reason_clean(reason: str) -> str:
