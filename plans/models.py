@@ -443,10 +443,13 @@ class Approval(models.Model):
         return self.via == self.Via.RULE
 
     @property
+    def current_votes(self) -> list[ApprovalVote]:
+        """The approvals counted so far: those of the current arguments (prefetch "votes")."""
+        return [vote for vote in self.votes.all() if vote.args_sha256 == self.args_sha256]
+
+    @property
     def approvals_counted(self) -> int:
-        """Distinct approvals of the current arguments so far (the votes must be prefetched or
-        are read)."""
-        return sum(1 for vote in self.votes.all() if vote.args_sha256 == self.args_sha256)
+        return len(self.current_votes)
 
 
 class ApprovalVote(models.Model):

@@ -6,11 +6,19 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
-from plans.models import Approval, HumanQuestion, Plan, Run, Step
+from plans.engine import args_sha256
+from plans.models import Approval, ApprovalVote, HumanQuestion, Plan, Run, Step
 from plans.roles import may_decide
 from plans.selectors.runs import run_visibility
+
+
+def _with_votes(approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+    """The approvals with their n-of-m votes and voters, read in one more query."""
+    return approvals.prefetch_related(
+        Prefetch("votes", queryset=ApprovalVote.objects.select_related("reviewer"))
+    )
 
 
 def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
@@ -22,7 +30,7 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
         .select_related("run__goal__author", "step", "reviewer")
         .order_by("-requested_at", "-pk")
     )
-    return waiting.none() if rule is None else waiting.filter(rule)
+    return waiting.none() if rule is None else _with_votes(waiting.filter(rule))
 
 
 def approvals_visible(user: User | AnonymousUser, ids: list[int]) -> dict[int, Approval]:
@@ -31,7 +39,7 @@ def approvals_visible(user: User | AnonymousUser, ids: list[int]) -> dict[int, A
     if rule is None:
         return {}
     approvals = Approval.objects.filter(pk__in=ids).filter(rule)
-    return {a.pk: a for a in approvals.select_related("run__goal__author", "step")}
+    return {a.pk: a for a in _with_votes(approvals.select_related("run__goal__author", "step"))}
 
 
 def approval_inputs(approvals: list[Approval]) -> dict[int, list[Step]]:
@@ -60,10 +68,28 @@ def approvals_of_round(*, run_id: int, round_no: int, ids: list[int]) -> list[Ap
 def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> list[Approval]:
     """The round's approvals just decided, with those of it still waiting."""
     return list(
-        Approval.objects.filter(run_id=run_id, step__round=round_no)
-        .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
-        .select_related("run__goal__author", "step", "reviewer")
+        _with_votes(
+            Approval.objects.filter(run_id=run_id, step__round=round_no)
+            .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
+            .select_related("run__goal__author", "step", "reviewer")
+        )
     )
+
+
+def approval_args_seen(approval: Approval, seen_sha256: str) -> tuple[dict | None, str]:
+    """The arguments a card with this hash showed (None if unknown), and who edited them into
+    what they are now ("" if nobody did): the run's request or a reviewer's edit."""
+    versions = list(
+        ApprovalVote.objects.filter(approval=approval)
+        .select_related("reviewer")
+        .order_by("at", "pk")
+    )
+    shown = None
+    if args_sha256(approval.tool, approval.requested_args) == seen_sha256:
+        shown = approval.requested_args
+    shown = next((v.args for v in versions if v.args_sha256 == seen_sha256), shown)
+    editors = [v for v in versions if v.args_sha256 == approval.args_sha256 and v.edited]
+    return shown, editors[0].reviewer.get_username() if editors else ""
 
 
 def question_get(question_id: int) -> HumanQuestion | None:
@@ -89,7 +115,7 @@ def pending_approvals_count(user: User | AnonymousUser) -> int:
 
 def step_decisions(plan: Plan) -> dict[int, Approval]:
     """Each step's latest approval in the plan (decided or not), by step id, reviewer joined."""
-    approvals = (
+    approvals = _with_votes(
         Approval.objects.filter(step__plan=plan)
         .select_related("reviewer", "step")
         .order_by("requested_at", "pk")

@@ -48,7 +48,7 @@ def step_inputs(step: Step) -> list[Step]:
 
 
 def step_approvals(step: Step) -> list[Approval]:
-    return list(step.approvals.select_related("reviewer"))
+    return list(step.approvals.select_related("reviewer").prefetch_related("votes__reviewer"))
 
 
 def step_calls(step: Step) -> list[ToolCall]:

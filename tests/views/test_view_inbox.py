@@ -39,6 +39,8 @@ def decide(client, approvals, decision, reason="", **edits):
         "approval": [a.pk for a in approvals],
         "decision": decision,
         "reason": reason,
+        # The hash of the arguments each card showed, as the form carries it.
+        **{f"seen-{a.pk}": a.args_sha256 for a in approvals},
     }
     data.update(edits)
     return client.post(reverse("plans:decide"), data, headers=HTMX)
@@ -331,7 +333,12 @@ def test_without_javascript_a_decision_redirects_back_with_its_outcome(client, a
     approval = Approval.objects.get(run=run)
     response = client.post(
         reverse("plans:decide"),
-        {"group": f"{run.pk}-2", "approval": approval.pk, "decision": "approve"},
+        {
+            "group": f"{run.pk}-2",
+            "approval": approval.pk,
+            "decision": "approve",
+            f"seen-{approval.pk}": approval.args_sha256,
+        },
         follow=True,
     )
 

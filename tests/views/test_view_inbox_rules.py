@@ -1,0 +1,184 @@
+"""The inbox and the run page under approval rules: the rule on each card, "1 of 2 approvals",
+routed requests read-only for others, and a decision bound to the arguments the card showed."""
+
+import re
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.urls import reverse
+
+from plans.models import Approval, ApprovalVote, Run
+from plans.runtime.advance import advance_run
+from plans.services.approvals import approval_decide
+from plans.services.runs import run_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture(autouse=True)
+def demo_rules(settings):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
+
+
+def refund(author, order_id, amount):
+    plan = {
+        "steps": [
+            {
+                "id": 1,
+                "tool": "issue_refund",
+                "args": {"order_id": order_id, "amount_inr": amount, "reason": "returned"},
+                "depends_on": [],
+            }
+        ]
+    }
+    run = run_create(author=author, goal_text=f"Refund {order_id}", plan_data=plan)
+    advance_run(run.pk)
+    return Run.objects.get(pk=run.pk), Approval.objects.filter(run=run).first()
+
+
+def decider(django_user_model, name, *groups):
+    user = django_user_model.objects.create_user(name)
+    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    for group in groups:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return django_user_model.objects.get(pk=user.pk)
+
+
+def post(client, approval, decision, *, seen, headers=HTMX, **extra):
+    data = {
+        "group": f"{approval.run_id}-{approval.step.round}",
+        "approval": [approval.pk],
+        "decision": decision,
+        "reason": extra.pop("reason", ""),
+        **extra,
+    }
+    if seen is not None:
+        data[f"seen-{approval.pk}"] = seen
+    return client.post(reverse("plans:decide"), data, headers=headers)
+
+
+def test_the_card_carries_the_hash_of_the_arguments_it_shows(client, author, reviewer):
+    _, approval = refund(author, "A-1001", 2000)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert f'name="seen-{approval.pk}" value="{approval.args_sha256}"' in page
+
+
+def test_a_post_that_does_not_say_which_arguments_it_saw_decides_nothing(client, author, reviewer):
+    _, approval = refund(author, "A-1001", 2000)
+    client.force_login(reviewer)
+
+    response = post(client, approval, "approve", seen=None)
+
+    assert response.status_code == 409
+    assert "not the ones you saw" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.decision == Approval.Decision.PENDING
+
+
+def test_a_stale_post_is_refused_and_the_card_shows_the_new_arguments_and_what_changed(
+    client, author, reviewer, django_user_model
+):
+    _, approval = refund(author, "A-1002", 60000)
+    client.force_login(reviewer)
+    shown = approval.args_sha256  # what bob's card showed
+    erin = decider(django_user_model, "erin")
+    edited = {"order_id": "A-1002", "amount_inr": 55000, "reason": "one item kept"}
+    approval_decide(approval=approval, reviewer=erin, approve=True, edited_args=edited)
+
+    response = post(client, approval, "approve", seen=shown)
+
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "The arguments changed since you loaded this card (erin edited them)" in html
+    assert "<code>amount_inr</code> 60000 → 55000" in html
+    assert "&quot;amount_inr&quot;: 55000" in html  # the edit box holds the new arguments
+    approval.refresh_from_db()
+    assert approval.decision == Approval.Decision.PENDING
+    assert list(ApprovalVote.objects.values_list("reviewer__username", flat=True)) == ["erin"]
+
+
+def test_without_javascript_a_stale_post_shows_the_inbox_with_what_changed(
+    client, author, reviewer, django_user_model
+):
+    _, approval = refund(author, "A-1002", 60000)
+    client.force_login(reviewer)
+    shown = approval.args_sha256
+    edited = {"order_id": "A-1002", "amount_inr": 55000, "reason": "one item kept"}
+    approval_decide(
+        approval=approval,
+        reviewer=decider(django_user_model, "erin"),
+        approve=True,
+        edited_args=edited,
+    )
+
+    response = post(client, approval, "approve", seen=shown, headers={})
+
+    assert response.status_code == 409
+    assert "<code>amount_inr</code> 60000 → 55000" in response.content.decode()
+
+
+def test_a_two_person_request_shows_its_progress_and_who_approved(
+    client, author, reviewer, django_user_model
+):
+    run, approval = refund(author, "A-1002", 60000)
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert "rule large_refund_needs_two_reviewers" in page
+    assert '<span class="approvals-progress">0 of 2 approvals</span>' in page
+
+    response = post(client, approval, "approve", seen=approval.args_sha256)
+
+    html = response.content.decode()
+    assert '<span class="approvals-progress">1 of 2 approvals</span>' in html
+    assert "(approved by bob)" in html
+    run_page = client.get(reverse("plans:run_detail", args=[run.pk]) + "?step=1").content.decode()
+    assert "1 of 2 approvals" in run_page  # the step panel and the graph's node
+    assert re.search(r"destructive: 1 of 2 approvals", run_page)
+    assert "bob</b> approved step 1" in run_page  # the timeline
+
+
+def test_the_no_javascript_message_says_the_approval_counted(client, author, reviewer):
+    _, approval = refund(author, "A-1002", 60000)
+    client.force_login(reviewer)
+
+    response = post(client, approval, "approve", seen=approval.args_sha256, headers={})
+
+    assert response.status_code == 302
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert "Your approval of step 1 counts: 1 of 2 approvals." in page
+
+
+def test_a_request_routed_to_finance_is_read_only_for_a_plain_reviewer(
+    client, author, reviewer, django_user_model
+):
+    _, approval = refund(author, "A-1004", 800)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert "routed to <b>finance</b>" in page
+    assert "Only members of finance may decide it." in page
+    assert 'type="checkbox" name="approval"' not in page
+    response = post(client, approval, "approve", seen=approval.args_sha256)
+    assert response.status_code == 403
+    assert "only their members may decide it" in response.content.decode()
+
+    client.force_login(decider(django_user_model, "fiona", "finance"))
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert 'type="checkbox" name="approval"' in page
+
+
+def test_the_timeline_says_which_rule_approved_a_call(client, author):
+    run, approval = refund(author, "A-1001", 800)
+    client.force_login(author)
+
+    page = client.get(reverse("plans:run_detail", args=[run.pk])).content.decode()
+
+    assert run.status == Run.Status.COMPLETED
+    version = f'<span class="muted">(version {approval.rule_version})</span>'
+    assert f"<b>rule small_refund_on_delivered_order</b> {version} approved" in page
+    assert "approved by rule small_refund_on_delivered_order" in page  # the graph's node
