@@ -31,6 +31,17 @@ def roles_ensure() -> dict[str, Group]:
     return groups
 
 
+def roles_ensure_group(name: str, *, like: str) -> Group:
+    """A group with a role's permissions (a team an approval rule routes to; idempotent)."""
+    group, _ = Group.objects.get_or_create(name=name)
+    for dotted in ROLE_PERMISSIONS[like]:
+        app_label, codename = dotted.split(".")
+        group.permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return group
+
+
 def may_submit_goals(user) -> bool:
     """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals.
 

@@ -1,6 +1,17 @@
 from django.urls import path
 
-from plans.views import account, approvals, costs, evals, forks, goals, questions, runs, webhooks
+from plans.views import (
+    account,
+    approvals,
+    costs,
+    evals,
+    forks,
+    goals,
+    policies,
+    questions,
+    runs,
+    webhooks,
+)
 
 app_name = "plans"
 urlpatterns = [
@@ -22,6 +33,7 @@ urlpatterns = [
     path("questions/<int:question_id>/answer/", questions.answer, name="question_answer"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),
+    path("policies/", policies.policies, name="policies"),
     path("evals/", evals.evals, name="evals"),
     path("settings/", account.settings_page, name="settings"),
     path("settings/tokens/", account.token_create_view, name="token_create"),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
 from plans.engine import args_sha256
 from plans.models import Approval, ApprovalVote, HumanQuestion, Plan, Run, Step
@@ -90,6 +90,32 @@ def approval_args_seen(approval: Approval, seen_sha256: str) -> tuple[dict | Non
     shown = next((v.args for v in versions if v.args_sha256 == seen_sha256), shown)
     editors = [v for v in versions if v.args_sha256 == approval.args_sha256 and v.edited]
     return shown, editors[0].reviewer.get_username() if editors else ""
+
+
+@dataclass
+class RuleCounts:
+    """How often a rule matched, by decision, and under which of its versions."""
+
+    matched: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+def rule_match_counts() -> dict[str, RuleCounts]:
+    """Every rule that ever matched a call (by name): its matches (one grouped read)."""
+    counts: dict[str, RuleCounts] = {}
+    rows = (
+        Approval.objects.exclude(rule="")
+        .values_list("rule", "rule_version", "decision")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for rule, version, decision, n in rows:
+        counted = counts.setdefault(rule, RuleCounts())
+        counted.matched += n
+        counted.decisions[decision] = counted.decisions.get(decision, 0) + n
+        counted.versions[version] = counted.versions.get(version, 0) + n
+    return counts
 
 
 def question_get(question_id: int) -> HumanQuestion | None:
