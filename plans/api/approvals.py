@@ -11,6 +11,8 @@ from ninja import Router
 from plans.api.errors import ErrorOut
 from plans.api.runs import run_out, run_url, visible_run
 from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
+from plans.models import Approval
+from plans.roles import four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors.approvals import approval_inputs, approvals_waiting
 from plans.services.approvals import Seen, approvals_decide_seen
 from plans.services.plans import plan_decide_seen
@@ -25,6 +27,27 @@ DECISION_ERRORS: dict[int, type[ErrorOut]] = {
     413: ErrorOut,
     422: ErrorOut,
 }
+
+
+def approval_rule_out(approval: Approval) -> dict[str, str] | None:
+    """The rule that matched the approval's call, as the API shows it (None: no rule)."""
+    if not approval.rule:
+        return None
+    return {
+        "name": approval.rule,
+        "version": approval.rule_version,
+        "outcome": approval.rule_outcome,
+        "error": approval.rule_error,
+    }
+
+
+def approval_progress_out(approval: Approval) -> dict[str, Any]:
+    votes = approval.current_votes
+    return {
+        "needed": approval.approvals_needed,
+        "counted": len(votes),
+        "approved_by": [vote.reviewer.get_username() for vote in votes],
+    }
 
 
 @router.get(
@@ -51,6 +74,12 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                 "args": approval.args,
                 "args_sha256": approval.args_sha256,
                 "requested_at": approval.requested_at,
+                "rule": approval_rule_out(approval),
+                "progress": approval_progress_out(approval),
+                "groups": approval.groups,
+                "may_decide": may_decide(request.user)
+                and not four_eyes_forbids(run=approval.run, reviewer=request.user, via="api")
+                and not routing_forbids(user=request.user, groups=approval.groups),
                 "inputs": [
                     {
                         "step": upstream.step_id,
@@ -95,6 +124,7 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
                 "reviewer": reviewer.get_username(),
                 "reason": approval.reason,
                 "decided_at": approval.decided_at,
+                "progress": approval_progress_out(approval),
             }
             for approval in decided
         ]

@@ -167,6 +167,19 @@ class UpstreamResultOut(Schema):
     error: str
 
 
+class ApprovalRuleOut(Schema):
+    name: str = Field(..., description="The approval rule that matched the call.")
+    version: str = Field(..., description="The hash of the rule's source when it matched.")
+    outcome: str = Field(..., description="approve, require, route or deny ('' if not applied).")
+    error: str = Field("", description="Why the rule was not applied (a person decides).")
+
+
+class ApprovalProgressOut(Schema):
+    needed: int = Field(..., description="Distinct approvals of the same arguments it needs.")
+    counted: int = Field(..., description="Approvals of the current arguments so far.")
+    approved_by: list[str]
+
+
 class ApprovalOut(Schema):
     id: int
     run: int
@@ -180,6 +193,10 @@ class ApprovalOut(Schema):
     args_sha256: str = Field(..., description="Send it back with the decision: it must match.")
     requested_at: datetime
     inputs: list[UpstreamResultOut]
+    rule: ApprovalRuleOut | None = Field(None, description="None: no approval rule matched.")
+    progress: ApprovalProgressOut
+    groups: list[str] = Field(..., description="Only their members decide it (none: anyone).")
+    may_decide: bool = Field(..., description="Whether you may decide it (routing, four-eyes).")
 
 
 class ApprovalChoiceIn(Strict):
@@ -209,6 +226,9 @@ class DecidedOut(Schema):
     reviewer: str
     reason: str
     decided_at: datetime | None
+    progress: ApprovalProgressOut = Field(
+        ..., description="Still pending after an approval: counted towards the n it needs."
+    )
 
 
 class DecisionOut(Schema):
