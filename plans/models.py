@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -403,6 +404,9 @@ class Approval(models.Model):
     # groups (none named: anyone who may decide approvals).
     approvals_needed = models.PositiveSmallIntegerField(default=1)
     groups = models.JSONField(default=list, blank=True)
+    # When it expires undecided, if its rule set a ttl; else AGENTSITE_APPROVAL_TTL_S after it
+    # was asked, as that setting is now (Approval.deadline).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -422,6 +426,12 @@ class Approval(models.Model):
                 condition=Q(decision="pending"),
                 name="approval_waiting_idx",
             ),
+            # The rules page's match counts.
+            models.Index(
+                fields=["rule", "rule_version", "decision"],
+                condition=~Q(rule=""),
+                name="approval_rule_idx",
+            ),
         ]
         permissions = [("decide_approval", "Can approve or reject destructive steps")]
 
@@ -437,6 +447,13 @@ class Approval(models.Model):
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )
+
+    @property
+    def deadline(self) -> datetime:
+        """When it expires if nobody decides it."""
+        if self.expires_at is not None:
+            return self.expires_at
+        return self.requested_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
 
     @property
     def decided_by_rule(self) -> bool:

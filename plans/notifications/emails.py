@@ -3,6 +3,7 @@ their run ends. Rendered when sent, so an email shows the round as it is then.""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,8 @@ from django.urls import reverse
 from plans.guards.redaction import redact
 from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
-from plans.roles import DECIDE, four_eyes_forbids
-from plans.selectors.approvals import approvals_waiting
+from plans.roles import DECIDE, four_eyes_forbids, routing_forbids
+from plans.selectors.approvals import approvals_queue
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -34,14 +35,19 @@ def absolute(path: str) -> str:
     return settings.AGENTSITE_BASE_URL.rstrip("/") + path
 
 
-def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
-    """Everyone who may decide this run's approvals and wants these emails (with an address)."""
+def deciders(
+    run: Run, *, wants: str = Prefs.EACH_ROUND, routed_to: Collection[str] | None = None
+) -> QuerySet[Any]:
+    """Everyone who may decide this run's approvals and wants these emails (with an address);
+    routed_to: only members of these groups (an approval rule routed the requests there)."""
     app_label, codename = DECIDE.split(".")
     perm = Permission.objects.get(content_type__app_label=app_label, codename=codename)
     users = get_user_model().objects.filter(
         Q(is_superuser=True) | Q(user_permissions=perm) | Q(groups__permissions=perm),
         is_active=True,
     )
+    if routed_to is not None:  # roles.routing_forbids, as a filter on people
+        users = users.filter(pk__in=get_user_model().objects.filter(groups__name__in=routed_to))
     if settings.AGENTSITE_FOUR_EYES:  # roles.four_eyes_forbids, as a filter on people
         users = users.exclude(pk=run.goal.author_id)
     chosen = Q(notification_preference__approval_emails=wants)
@@ -60,7 +66,10 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
     )
     if not waiting:
         return None
-    recipients = [user.email for user in deciders(run)]
+    # Requests an approval rule routed go to their groups' members only; one that anyone may
+    # decide brings in every reviewer.
+    routed = None if any(not a.groups for a in waiting) else {g for a in waiting for g in a.groups}
+    recipients = [user.email for user in deciders(run, routed_to=routed)]
     if not recipients:
         return None
     context = {
@@ -121,8 +130,9 @@ def digest_email(user: User) -> Email | None:
     """The daily digest: every approval waiting that this reviewer may decide."""
     waiting = [
         a
-        for a in approvals_waiting(user)
+        for a in approvals_queue(user, scope="mine")
         if not four_eyes_forbids(run=a.run, reviewer=user, via="web")
+        and not routing_forbids(user=user, groups=a.groups)
     ]
     if not waiting or not getattr(user, "email", ""):
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -105,6 +106,8 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
     approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
     approval.approvals_needed = outcome.approvals
     approval.groups = list(outcome.groups)
+    if match.rule.deadlines.ttl_s is not None and not match.error:
+        approval.expires_at = timezone.now() + timedelta(seconds=match.rule.deadlines.ttl_s)
     if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
         return
     approval.via = Approval.Via.RULE

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
@@ -257,9 +258,13 @@ def approvals_expire() -> list[int]:
     Their steps are then blocked with "approval expired" when the run is continued.
     """
     ttl = settings.AGENTSITE_APPROVAL_TTL_S
-    cutoff = timezone.now() - timedelta(seconds=ttl)
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=ttl)
+    # Its own deadline (set when asked: the TTL or its rule's), else the TTL from when it was
+    # asked (requests made before deadlines were stored).
+    due = Q(expires_at__lt=now) | Q(expires_at__isnull=True, requested_at__lt=cutoff)
     stale = list(
-        Approval.objects.filter(decision=Approval.Decision.PENDING, requested_at__lt=cutoff)
+        Approval.objects.filter(due, decision=Approval.Decision.PENDING)
         .exclude(run__status__in=Run.TERMINAL)
         .values_list("pk", flat=True)
     )
@@ -274,7 +279,12 @@ def approvals_expire() -> list[int]:
             if approval.decision != Approval.Decision.PENDING:
                 continue  # a reviewer decided in the meantime
             approval.decision = Approval.Decision.EXPIRED
-            approval.reason = f"approval expired: no decision within {_duration(ttl)}"
+            allowed = (
+                (approval.expires_at - approval.requested_at).total_seconds()
+                if approval.expires_at is not None
+                else ttl
+            )
+            approval.reason = f"approval expired: no decision within {_duration(allowed)}"
             approval.decided_at = timezone.now()
             approval.via = "ttl"
             approval.save()

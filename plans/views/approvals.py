@@ -18,14 +18,17 @@ from plans.models import Approval, Run, Step
 from plans.roles import may_decide, routing_forbids
 from plans.selectors.approvals import (
     INBOX_RUNS,
+    QUEUE_SCOPES,
+    ReplanNote,
     approval_args_seen,
-    approval_inputs,
+    approval_cards_context,
     approvals_of_round,
     approvals_waiting,
     approvals_waiting_first,
-    changes_refusal,
+    changes_refusals,
     pending_approvals_count,
     questions_waiting,
+    queue_count,
     round_after_decision,
 )
 from plans.selectors.runs import run_visible_get
@@ -49,6 +52,7 @@ class ApprovalCard:
     changes: list[ArgChange] = field(default_factory=list)
     changed_by: str = ""
     routed_away: bool = False  # an approval rule routed it to groups the viewer is not in
+    replan: ReplanNote | None = None  # a reviewer's request for changes made this version
 
 
 @dataclass
@@ -81,16 +85,28 @@ def inbox(request: SignedInRequest) -> HttpResponse:
     # The newest runs' requests only (?runs= asks for more): thousands rendered at once took
     # seconds. The rest are counted, not loaded.
     runs = min(max(whole_number(request.GET.get("runs", "")) or INBOX_RUNS, 1), 50 * INBOX_RUNS)
-    page = approvals_waiting_first(request.user, runs=runs)
+    scope = request.GET.get("scope", "")
+    if scope not in QUEUE_SCOPES:
+        scope = "mine" if may_decide(request.user) else "all"
+    page = approvals_waiting_first(request.user, runs=runs, scope=scope)
     groups = decision_groups(page.approvals, viewer=request.user)
     template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
-    context = _inbox_context(request, groups=groups, inbox=page, more_runs=runs + INBOX_RUNS)
+    context = _inbox_context(
+        request, groups=groups, inbox=page, more_runs=runs + INBOX_RUNS, scope=scope
+    )
+    # The badge (selectors.approvals.pending_approvals_count) from what the page read already.
+    waiting = 0
+    if may_decide(request.user):
+        waiting = page.waiting if scope == "mine" else queue_count(request.user)
+    context["pending_approvals"] = len(context["questions"]) + waiting
     return render(request, template, context)
 
 
 def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
+        "scope": "mine",
         **context,
+        "scopes": QUEUE_SCOPES,
         "may_decide": may_decide(request.user),
         "questions": questions_waiting(request.user),
     }
@@ -206,7 +222,7 @@ def decision_groups(
 ) -> list[DecisionGroup]:
     """Cards grouped by run and round (in the order given), with the results that fed them."""
     drafts = drafts or {}
-    inputs = approval_inputs(approvals)
+    inputs, replans = approval_cards_context(approvals)
     groups: dict[tuple[int, int], DecisionGroup] = {}
     for approval in approvals:
         step = approval.step
@@ -221,13 +237,14 @@ def decision_groups(
                 effect=effect_line(approval.tool, approval.args),
                 routed_away=viewer is not None
                 and routing_forbids(user=viewer, groups=approval.groups),
+                replan=replans.get(approval.pk),
             )
         )
-    refusals: dict[int, str] = {}
+    refusals = changes_refusals(
+        list({group.run.pk: group.run for group in groups.values()}.values())
+    )
     for group in groups.values():
         group.cards.sort(key=lambda card: card.approval.step.step_id)
-        if group.run.pk not in refusals:
-            refusals[group.run.pk] = changes_refusal(group.run)
         group.changes_refused = refusals[group.run.pk]
     return list(groups.values())
 

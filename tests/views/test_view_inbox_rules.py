@@ -159,7 +159,12 @@ def test_a_request_routed_to_finance_is_read_only_for_a_plain_reviewer(
     _, approval = refund(author, "A-1004", 800)
     client.force_login(reviewer)
 
-    page = client.get(reverse("plans:inbox")).content.decode()
+    mine = client.get(reverse("plans:inbox")).content.decode()
+    groups = client.get(reverse("plans:inbox"), {"scope": "groups"}).content.decode()
+    page = client.get(reverse("plans:inbox"), {"scope": "all"}).content.decode()
+    assert f'id="approval-{approval.pk}"' not in mine  # not in a plain reviewer's queue
+    assert f'id="approval-{approval.pk}"' not in groups
+    assert client.get(reverse("plans:pending_count")).content.decode().count('data-count="0"')
     assert "routed to <b>finance</b>" in page
     assert "Only members of finance may decide it." in page
     assert 'type="checkbox" name="approval"' not in page
@@ -168,8 +173,10 @@ def test_a_request_routed_to_finance_is_read_only_for_a_plain_reviewer(
     assert "only their members may decide it" in response.content.decode()
 
     client.force_login(decider(django_user_model, "fiona", "finance"))
-    page = client.get(reverse("plans:inbox")).content.decode()
-    assert 'type="checkbox" name="approval"' in page
+    for scope in ("mine", "groups", "all"):
+        page = client.get(reverse("plans:inbox"), {"scope": scope}).content.decode()
+        assert 'type="checkbox" name="approval"' in page, scope
+    assert 'data-count="1"' in client.get(reverse("plans:pending_count")).content.decode()
 
 
 def test_the_timeline_says_which_rule_approved_a_call(client, author):
@@ -182,3 +189,53 @@ def test_the_timeline_says_which_rule_approved_a_call(client, author):
     version = f'<span class="muted">(version {approval.rule_version})</span>'
     assert f"<b>rule small_refund_on_delivered_order</b> {version} approved" in page
     assert "approved by rule small_refund_on_delivered_order" in page  # the graph's node
+
+
+def test_a_step_a_replan_changed_says_what_it_replaced_and_at_whose_request(
+    client, author, reviewer, settings
+):
+    from plans.llm.offline import REFUND_GOAL
+    from plans.models import Plan
+    from plans.services.changes import changes_request
+    from plans.services.plans import plan_decide
+
+    settings.AGENTSITE_MODEL_BACKEND = "offline"
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = []
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    first = Approval.objects.get(run=run, tool="issue_refund")
+    changes_request(approvals=[first], reviewer=reviewer, instructions="refund 500, not 2499")
+    plan_decide(plan=Plan.objects.get(run=run, version=2), reviewer=reviewer, approve=True)
+    client.force_login(reviewer)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    note = page[page.index('class="small replan-note"') :][:900]
+    assert "Plan v2 replaced v1 at a reviewer's request" in note
+    assert "<b>bob</b> asked “refund 500, not 2499” on step 2" in note
+    assert "In v1 this step was <code>issue_refund</code>" in note
+    assert "&quot;amount_inr&quot;: 2499" in note
+
+
+def test_an_author_finds_their_question_under_an_honest_heading_and_in_their_badge(client, author):
+    plan = {
+        "steps": [
+            {
+                "id": 1,
+                "tool": "ask_human",
+                "args": {"question": "Which size?", "choices": ["S", "M"]},
+                "depends_on": [],
+            }
+        ]
+    }
+    run = run_create(author=author, goal_text="Order a shirt", plan_data=plan)
+    advance_run(run.pk)
+    client.force_login(author)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+    badge = client.get(reverse("plans:pending_count")).content.decode()
+
+    assert "<h1>Questions and waiting steps</h1>" in page
+    assert "Destructive steps waiting" not in page
+    assert "Which size?" in page
+    assert 'data-count="1"' in badge
