@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
+from django.utils import timezone
 
 from plans.engine import args_match_sha256
 
@@ -407,6 +408,21 @@ class Approval(models.Model):
     # When it expires undecided, if its rule set a ttl; else AGENTSITE_APPROVAL_TTL_S after it
     # was asked, as that setting is now (Approval.deadline).
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Chasing a person's decision (the rule's remind_after / escalate_after): when, and done.
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_to = models.JSONField(default=list, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    # "I'm on it": who claimed it and when (lapsing after AGENTSITE_APPROVAL_CLAIM_S).
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approvals_claimed",
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -454,6 +470,14 @@ class Approval(models.Model):
         if self.expires_at is not None:
             return self.expires_at
         return self.requested_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
+
+    @property
+    def claim_until(self) -> datetime | None:
+        """When the live claim lapses; None if nobody holds one now."""
+        if self.claimed_by_id is None or self.claimed_at is None:
+            return None
+        until = self.claimed_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_CLAIM_S)
+        return until if until > timezone.now() else None
 
     @property
     def decided_by_rule(self) -> bool:
@@ -556,6 +580,9 @@ class RunEvent(models.Model):
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
         APPROVAL_COUNTED = "approval_counted"  # one of the n distinct approvals a rule requires
+        APPROVAL_CLAIMED = "approval_claimed"  # "I'm on it" (or an explicit takeover)
+        APPROVAL_REMINDED = "approval_reminded"  # its rule's remind_after passed undecided
+        APPROVAL_ESCALATED = "approval_escalated"  # its rule's escalate_after: more groups decide
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan

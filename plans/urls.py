@@ -30,6 +30,7 @@ urlpatterns = [
     path("runs/<int:run_id>/export.json", runs.run_export, name="run_export"),
     path("approvals/", approvals.inbox, name="inbox"),
     path("approvals/decide/", approvals.decide, name="decide"),
+    path("approvals/<int:approval_id>/claim/", approvals.claim, name="approval_claim"),
     path("questions/<int:question_id>/answer/", questions.answer, name="question_answer"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("costs/", costs.costs, name="costs"),

@@ -8,13 +8,21 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja import Router
 
-from plans.api.errors import ErrorOut
+from plans.api.errors import ErrorOut, not_found
 from plans.api.runs import run_out, run_url, visible_run
-from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
+from plans.api.schemas import (
+    ApprovalClaimOut,
+    ApprovalOut,
+    ClaimIn,
+    DecisionIn,
+    DecisionOut,
+    PlanDecisionIn,
+    RunOut,
+)
 from plans.models import Approval
 from plans.roles import four_eyes_forbids, may_decide, routing_forbids
-from plans.selectors.approvals import approval_inputs, approvals_waiting
-from plans.services.approvals import Seen, approvals_decide_seen
+from plans.selectors.approvals import approval_inputs, approvals_visible, approvals_waiting
+from plans.services.approvals import Seen, approval_claim, approvals_decide_seen
 from plans.services.plans import plan_decide_seen
 
 router = Router(tags=["approvals"])
@@ -39,6 +47,13 @@ def approval_rule_out(approval: Approval) -> dict[str, str] | None:
         "outcome": approval.rule_outcome,
         "error": approval.rule_error,
     }
+
+
+def approval_claim_out(approval: Approval) -> dict[str, Any] | None:
+    until = approval.claim_until
+    if until is None or approval.claimed_by is None:
+        return None
+    return {"by": approval.claimed_by.get_username(), "since": approval.claimed_at, "until": until}
 
 
 def approval_progress_out(approval: Approval) -> dict[str, Any]:
@@ -80,6 +95,9 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                 "may_decide": may_decide(request.user)
                 and not four_eyes_forbids(run=approval.run, reviewer=request.user, via="api")
                 and not routing_forbids(user=request.user, groups=approval.groups),
+                "claim": approval_claim_out(approval),
+                "deadline": approval.deadline,
+                "escalated_to": approval.escalate_to if approval.escalated_at else [],
                 "inputs": [
                     {
                         "step": upstream.step_id,
@@ -129,6 +147,26 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
             for approval in decided
         ]
     }
+
+
+@router.post(
+    "/approvals/{approval_id}/claim/",
+    response={200: ApprovalClaimOut, **DECISION_ERRORS},
+    summary='Claim a waiting approval ("I\'m on it"), or take a live claim over',
+    description="Others may not decide it while the claim lives (409 claimed) unless they take "
+    "it over, which the run's audit records. A claim lapses after AGENTSITE_APPROVAL_CLAIM_S.",
+)
+def claim(request: HttpRequest, approval_id: int, body: ClaimIn) -> dict[str, Any]:
+    reviewer: User = request.user  # type: ignore[assignment]
+    approval = approvals_visible(reviewer, [approval_id]).get(approval_id)
+    if approval is None:
+        raise not_found("approval")
+    claimed = approval_claim(
+        approval=approval, reviewer=reviewer, take_over=body.take_over, via="api"
+    )
+    out = approval_claim_out(claimed)
+    assert out is not None
+    return out
 
 
 @router.post(

@@ -180,6 +180,12 @@ class ApprovalProgressOut(Schema):
     approved_by: list[str]
 
 
+class ApprovalClaimOut(Schema):
+    by: str
+    since: datetime
+    until: datetime = Field(..., description="When the claim lapses.")
+
+
 class ApprovalOut(Schema):
     id: int
     run: int
@@ -197,6 +203,13 @@ class ApprovalOut(Schema):
     progress: ApprovalProgressOut
     groups: list[str] = Field(..., description="Only their members decide it (none: anyone).")
     may_decide: bool = Field(..., description="Whether you may decide it (routing, four-eyes).")
+    claim: ApprovalClaimOut | None = Field(None, description="A reviewer's live claim on it.")
+    deadline: datetime = Field(..., description="When it expires if nobody decides it.")
+    escalated_to: list[str] = Field(..., description="Groups it was escalated to (if it was).")
+
+
+class ClaimIn(Strict):
+    take_over: bool = Field(False, description="Take another reviewer's live claim over.")
 
 
 class ApprovalChoiceIn(Strict):

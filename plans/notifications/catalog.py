@@ -9,6 +9,9 @@ WEBHOOK_EVENTS: dict[str, str] = {
     "plan.decided": "A reviewer approved or rejected a run's plan.",
     "approval.requested": "A destructive step waits for a reviewer's decision.",
     "approval.decided": "A destructive step was approved, rejected, or its request expired.",
+    "approval.reminded": "A request is still undecided past its approval rule's remind_after.",
+    "approval.escalated": "A request is still undecided past its rule's escalate_after: it "
+    "went to the escalation groups.",
     "run.finished": "A run ended: completed, failed, blocked, budget_exhausted, "
     "invalid_plan or cancelled.",
 }
@@ -20,6 +23,8 @@ KIND_TO_TYPE: dict[str, str] = {
     "plan_decided": "plan.decided",
     "approval_requested": "approval.requested",
     "approval_decided": "approval.decided",
+    "approval_reminded": "approval.reminded",
+    "approval_escalated": "approval.escalated",
     "run_finished": "run.finished",
 }
 NOTIFYING_KINDS = frozenset(KIND_TO_TYPE)

@@ -92,6 +92,41 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
     return _email(recipients, subject, "approval_round", context)
 
 
+def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
+    """A request still undecided: a reminder to those who may decide it, or, escalated, word
+    to the escalation groups' members. None once it is decided."""
+    approval = (
+        Approval.objects.select_related("run__goal__author", "step").filter(pk=approval_id).first()
+    )
+    if approval is None or approval.decision != Approval.Decision.PENDING:
+        return None
+    run = approval.run
+    if escalated:
+        routed: Collection[str] | None = approval.escalate_to
+    else:
+        routed = approval.groups or None
+    recipients = [user.email for user in deciders(run, routed_to=routed)]
+    if not recipients:
+        return None
+    step = approval.step
+    context = {
+        "run": run,
+        "goal": run.goal.text,
+        "author": run.goal.author.get_username(),
+        "round": step.round,
+        "steps": [
+            {"step": step.step_id, "tool": approval.tool, "args": _pretty(redact(approval.args))}
+        ],
+        "inbox_url": absolute(reverse("plans:inbox")) + f"?scope=all#approval-{approval.pk}",
+        "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
+    }
+    what = "escalated to you" if escalated else "still waits for a decision"
+    subject = f"Run {run.pk}: step {step.step_id} ({approval.tool}) {what}"
+    if approval.rule:
+        subject += f" (rule {approval.rule})"
+    return _email(recipients, subject, "approval_round", context)
+
+
 def plan_waiting_email(run_id: int, version: int) -> Email | None:
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     if run.status != Run.Status.AWAITING_PLAN_APPROVAL:

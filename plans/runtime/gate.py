@@ -106,8 +106,15 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
     approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
     approval.approvals_needed = outcome.approvals
     approval.groups = list(outcome.groups)
-    if match.rule.deadlines.ttl_s is not None and not match.error:
-        approval.expires_at = timezone.now() + timedelta(seconds=match.rule.deadlines.ttl_s)
+    deadlines, now = match.rule.deadlines, timezone.now()
+    if not match.error:
+        if deadlines.ttl_s is not None:
+            approval.expires_at = now + timedelta(seconds=deadlines.ttl_s)
+        if deadlines.remind_after_s is not None:
+            approval.remind_at = now + timedelta(seconds=deadlines.remind_after_s)
+        if deadlines.escalate_after_s is not None:
+            approval.escalate_at = now + timedelta(seconds=deadlines.escalate_after_s)
+            approval.escalate_to = list(deadlines.escalate_to)
     if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
         return
     approval.via = Approval.Via.RULE

@@ -39,7 +39,7 @@ def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
         Approval.objects.filter(decision=Approval.Decision.PENDING)
         .exclude(run__status__in=Run.TERMINAL)
         # The step's plan and the version it replaced: what a card says of a replan.
-        .select_related("run__goal__author", "step__plan__parent", "reviewer")
+        .select_related("run__goal__author", "step__plan__parent", "reviewer", "claimed_by")
         .order_by("-requested_at", "-pk")
     )
     return waiting.none() if rule is None else _with_votes(waiting.filter(rule))
@@ -85,7 +85,8 @@ def approvals_visible(user: User | AnonymousUser, ids: list[int]) -> dict[int, A
     if rule is None:
         return {}
     approvals = Approval.objects.filter(pk__in=ids).filter(rule)
-    return {a.pk: a for a in _with_votes(approvals.select_related("run__goal__author", "step"))}
+    approvals = approvals.select_related("run__goal__author", "step__plan__parent", "claimed_by")
+    return {a.pk: a for a in _with_votes(approvals)}
 
 
 def approval_inputs(approvals: list[Approval]) -> dict[int, list[Step]]:
@@ -126,7 +127,7 @@ def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> l
         _with_votes(
             Approval.objects.filter(run_id=run_id, step__round=round_no)
             .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
-            .select_related("run__goal__author", "step__plan__parent", "reviewer")
+            .select_related("run__goal__author", "step__plan__parent", "reviewer", "claimed_by")
         )
     )
 

@@ -31,7 +31,7 @@ from plans.tools import get_registry
 class ApprovalRefused(Refused):
     """A decision that cannot be recorded; nothing was changed. Codes: signed_out,
     not_a_reviewer, reason_required, text_invalid, already_decided, run_ended, four_eyes,
-    not_in_group, already_approved, stale_hash, tool_unknown, args_invalid; through the API
+    not_in_group, already_approved, claimed, stale_hash, tool_unknown, args_invalid; through the API
     also listed_twice, not_found and edit_with_reject."""
 
 
@@ -112,7 +112,7 @@ def approvals_decide(
                 # OF: PostgreSQL cannot lock the nullable side of the reviewer's outer join.
                 # The lock also orders concurrent approvals: each counts once, in turn.
                 Approval.objects.select_for_update(of=("self", "run"))
-                .select_related("run__goal__author", "reviewer", "step")
+                .select_related("run__goal__author", "reviewer", "step", "claimed_by")
                 .get(pk=approval.pk)
             )
             _check_decision_allowed(locked, reviewer, via)
@@ -333,7 +333,9 @@ def reviewer_check(reviewer: User | None) -> None:
         )
 
 
-def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str) -> None:
+def _check_decision_allowed(
+    approval: Approval, reviewer: User | None, via: str, *, claim_check: bool = True
+) -> None:
     if approval.decision != Approval.Decision.PENDING:
         who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
         raise ApprovalRefused(
@@ -356,6 +358,14 @@ def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str)
             f"Approval rule {approval.rule or '(none)'} routed this {approval.tool} step to "
             f"{' or '.join(approval.groups)}: only their members may decide it.",
         )
+    if (
+        claim_check
+        and via in PEOPLES_CHANNELS
+        and approval.claim_until is not None
+        and reviewer is not None
+        and approval.claimed_by_id != reviewer.pk
+    ):
+        raise claimed_refused(approval)
 
 
 def reason_clean(reason: str) -> str:
@@ -385,3 +395,109 @@ def _validated_edit(tool: str, args: Mapping[str, Any], *, step_id: int) -> dict
             + ".",
         )
     return dict(args)
+
+
+def approval_claim(
+    *, approval: Approval, reviewer: User | None, take_over: bool = False, via: str = "web"
+) -> Approval:
+    """Claim a waiting request ("I'm on it"): others see who and since when, and may decide it
+    only after taking the claim over, explicitly (audited), or once it lapses
+    (AGENTSITE_APPROVAL_CLAIM_S). A claim never holds off expiry or escalation."""
+    reviewer_check(reviewer)
+    assert reviewer is not None
+    with transaction.atomic():
+        locked = (
+            Approval.objects.select_for_update(of=("self", "run"))
+            .select_related("run__goal__author", "step", "claimed_by")
+            .get(pk=approval.pk)
+        )
+        _check_decision_allowed(locked, reviewer, via, claim_check=False)
+        held_by = locked.claimed_by if locked.claim_until is not None else None
+        if held_by is not None and held_by.pk != reviewer.pk and not take_over:
+            raise claimed_refused(locked)
+        locked.claimed_by, locked.claimed_at = reviewer, timezone.now()
+        locked.save(update_fields=["claimed_by", "claimed_at"])
+        took_over = held_by.get_username() if held_by and held_by.pk != reviewer.pk else ""
+        append_events(
+            locked.run_id,
+            [
+                (
+                    "approval_claimed",
+                    {
+                        "approval": locked.pk,
+                        "step": locked.step.step_id,
+                        "tool": locked.tool,
+                        "reviewer": reviewer.get_username(),
+                        "took_over_from": took_over,
+                        "until": locked.claim_until.isoformat() if locked.claim_until else "",
+                        "via": via,
+                    },
+                )
+            ],
+        )
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return locked
+
+
+def claimed_refused(approval: Approval) -> ApprovalRefused:
+    """The refusal while another reviewer's claim is live: who, since when, and how to go on."""
+    assert approval.claimed_by is not None and approval.claimed_at is not None
+    return ApprovalRefused(
+        "claimed",
+        f"{approval.claimed_by.get_username()} claimed this {approval.tool} step at "
+        f"{approval.claimed_at:%H:%M} UTC and is on it: take the claim over (it is recorded) "
+        "to decide it yourself.",
+    )
+
+
+def approvals_chase() -> int:
+    """Send the reminders and escalations that fell due (the rules' remind_after and
+    escalate_after), each once: an event (timeline, audit, webhooks, e-mail); an escalation
+    also opens the request to the escalation groups. Run by every sweep; returns how many."""
+    now = timezone.now()
+    due = list(
+        Approval.objects.filter(decision=Approval.Decision.PENDING)
+        .filter(
+            Q(remind_at__lte=now, reminded_at__isnull=True)
+            | Q(escalate_at__lte=now, escalated_at__isnull=True)
+        )
+        .exclude(run__status__in=Run.TERMINAL)
+        .values_list("pk", flat=True)
+    )
+    sent = 0
+    for approval_id in due:
+        with transaction.atomic():
+            locked = (
+                Approval.objects.select_for_update(of=("self",))
+                .select_related("step")
+                .get(pk=approval_id)
+            )
+            if locked.decision != Approval.Decision.PENDING:
+                continue
+            events = []
+            base = {"approval": locked.pk, "step": locked.step.step_id, "tool": locked.tool}
+            if locked.remind_at and locked.remind_at <= now and locked.reminded_at is None:
+                locked.reminded_at = now
+                events.append(("approval_reminded", {**base, "round": locked.step.round}))
+            if locked.escalate_at and locked.escalate_at <= now and locked.escalated_at is None:
+                locked.escalated_at = now
+                before = list(locked.groups)
+                if before:  # routed: the escalation groups join; unrouted stays open to all
+                    locked.groups = list(dict.fromkeys([*before, *locked.escalate_to]))
+                events.append(
+                    (
+                        "approval_escalated",
+                        {
+                            **base,
+                            "round": locked.step.round,
+                            "to": locked.escalate_to,
+                            "groups": locked.groups,
+                        },
+                    )
+                )
+            locked.save(update_fields=["reminded_at", "escalated_at", "groups"])
+            append_events(locked.run_id, events)
+            sent += len(events)
+    if sent:
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return sent

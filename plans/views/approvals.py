@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
@@ -23,6 +24,7 @@ from plans.selectors.approvals import (
     approval_args_seen,
     approval_cards_context,
     approvals_of_round,
+    approvals_visible,
     approvals_waiting,
     approvals_waiting_first,
     changes_refusals,
@@ -32,7 +34,7 @@ from plans.selectors.approvals import (
     round_after_decision,
 )
 from plans.selectors.runs import run_visible_get
-from plans.services.approvals import ApprovalRefused, approvals_decide
+from plans.services.approvals import ApprovalRefused, approval_claim, approvals_decide
 from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
@@ -205,6 +207,35 @@ def decide(request: SignedInRequest) -> HttpResponse:
     _mark_stale(group.cards, stale)
     context = _inbox_context(request, group=group)
     return render(request, "plans/inbox.html#decision_group", context, status=status)
+
+
+@require_POST
+def claim(request: SignedInRequest, approval_id: int) -> HttpResponse:
+    """ "I'm on it" on one request (take_over=1: take another reviewer's live claim over)."""
+    approval = approvals_visible(request.user, [approval_id]).get(approval_id)
+    if approval is None:
+        return HttpResponse("No such approval.", status=404)
+    try:
+        approval_claim(
+            approval=approval, reviewer=request.user, take_over=request.POST.get("take_over") == "1"
+        )
+    except ApprovalRefused as refused:
+        if not request.htmx:
+            messages.error(request, str(refused))
+            return redirect(reverse("plans:inbox") + f"?scope=all#approval-{approval_id}")
+        return render(
+            request,
+            "plans/inbox.html#refusal",
+            {"error": str(refused)},
+            status=refusal_status(refused),
+        )
+    if not request.htmx:
+        messages.success(request, f"You are on step {approval.step.step_id} ({approval.tool}).")
+        return redirect(reverse("plans:inbox") + f"?scope=all#approval-{approval_id}")
+    group = _group_after_decision(request, approval.run_id, approval.step.round, [approval], {})
+    if group is None:
+        return HttpResponse("No such approval.", status=404)
+    return render(request, "plans/inbox.html#decision_group", _inbox_context(request, group=group))
 
 
 @require_GET
