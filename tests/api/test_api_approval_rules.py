@@ -90,3 +90,35 @@ def test_a_routed_request_says_the_caller_may_not_decide_it_and_refuses_with_403
     reviewer.groups.add(Group.objects.get_or_create(name="finance")[0])
     (shown,) = client.get("/api/v1/approvals/", headers=headers).json()
     assert shown["may_decide"] is True
+
+
+def test_a_claim_is_made_and_shown_through_the_api(client, author, reviewer, django_user_model):
+    approval = refund(author, "A-1001", 2000)
+    headers = reviewer_token(reviewer)
+
+    claimed = client.post(
+        f"/api/v1/approvals/{approval.pk}/claim/",
+        {},
+        content_type="application/json",
+        headers=headers,
+    )
+
+    assert claimed.status_code == 200, claimed.content
+    assert claimed.json()["by"] == "bob"
+    (shown,) = client.get("/api/v1/approvals/", headers=headers).json()
+    assert shown["claim"]["by"] == "bob" and shown["deadline"]
+    other = reviewer_token(django_user_model.objects.create_user("erin"))
+    refused = client.post(
+        f"/api/v1/approvals/{approval.pk}/claim/",
+        {},
+        content_type="application/json",
+        headers=other,
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "claimed"
+    taken = client.post(
+        f"/api/v1/approvals/{approval.pk}/claim/",
+        {"take_over": True},
+        content_type="application/json",
+        headers=other,
+    )
+    assert taken.status_code == 200 and taken.json()["by"] == "erin"

@@ -239,3 +239,29 @@ def test_an_author_finds_their_question_under_an_honest_heading_and_in_their_bad
     assert "Destructive steps waiting" not in page
     assert "Which size?" in page
     assert 'data-count="1"' in badge
+
+
+def test_a_claimed_request_shows_its_claimer_to_another_reviewer_who_may_take_it_over(
+    client, author, reviewer, django_user_model
+):
+    _, approval = refund(author, "A-1001", 2000)
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert "I'm on it</button>" in page
+
+    claimed = client.post(reverse("plans:approval_claim", args=[approval.pk]), headers=HTMX)
+    assert claimed.status_code == 200
+    assert "Claimed by <b>bob</b>" in claimed.content.decode()
+
+    client.force_login(decider(django_user_model, "erin"))
+    page = client.get(reverse("plans:inbox")).content.decode()
+    assert "Claimed by <b>bob</b>" in page and "Take over the claim</button>" in page
+    refused = post(client, approval, "approve", seen=approval.args_sha256)
+    assert refused.status_code == 409 and "bob claimed this" in refused.content.decode()
+
+    taken = client.post(
+        reverse("plans:approval_claim", args=[approval.pk]), {"take_over": "1"}, headers=HTMX
+    )
+    assert "Claimed by <b>erin</b>" in taken.content.decode()
+    run_page = client.get(reverse("plans:run_detail", args=[approval.run_id])).content.decode()
+    assert "<b>erin</b> took over <b>bob</b>" in run_page
