@@ -71,6 +71,7 @@ def approval_progress_out(approval: Approval) -> dict[str, Any]:
     summary="Destructive steps waiting for a decision, with the results that fed them",
 )
 def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
+    viewer: User = request.user  # type: ignore[assignment]
     waiting = list(approvals_waiting(request.user))
     inputs_of = approval_inputs(waiting)
     listed = []
@@ -92,9 +93,9 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                 "rule": approval_rule_out(approval),
                 "progress": approval_progress_out(approval),
                 "groups": approval.groups,
-                "may_decide": may_decide(request.user)
-                and not four_eyes_forbids(run=approval.run, reviewer=request.user, via="api")
-                and not routing_forbids(user=request.user, groups=approval.groups),
+                "may_decide": may_decide(viewer)
+                and not four_eyes_forbids(run=approval.run, reviewer=viewer, via="api")
+                and not routing_forbids(user=viewer, groups=approval.groups),
                 "claim": approval_claim_out(approval),
                 "deadline": approval.deadline,
                 "escalated_to": approval.escalate_to if approval.escalated_at else [],

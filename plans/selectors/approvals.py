@@ -347,7 +347,8 @@ def approval_cards_context(
         and approval.step.plan.parent is not None
         and approval.step.plan.parent.change_requests
     ]
-    steps = _steps_of(approvals, {approval.step.plan.parent_id for approval in replanned})
+    parents = {approval.step.plan.parent_id for approval in replanned}
+    steps = _steps_of(approvals, {pk for pk in parents if pk is not None})
     notes = {}
     for approval in replanned:
         plan = approval.step.plan
