@@ -28,3 +28,15 @@ def test_a_run_allowed_no_steps_at_a_time_is_reported_at_start_up(settings):
 
     assert error.id == "plans.E002"
     assert "AGENTSITE_MAX_PARALLEL_STEPS is 0" in error.msg
+
+
+def test_approval_rule_modules_that_cannot_be_loaded_are_reported_at_start_up(settings):
+    from plans.checks import check_approval_rules
+
+    assert check_approval_rules() == []
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.nope"]
+
+    [error] = check_approval_rules()
+
+    assert error.id == "plans.E020"
+    assert "cannot import 'tests.rule_modules.nope'" in error.msg

@@ -38,6 +38,8 @@ PASSWORDS = {
     "author": "author-demo-pass",
     "author2": "author2-demo-pass",
     "reviewer": "reviewer-demo-pass",
+    "reviewer2": "reviewer2-demo-pass",
+    "finance": "finance-demo-pass",
     "operator": "operator-demo-pass",
 }
 
@@ -87,6 +89,9 @@ def daphne_server(tmp_path_factory, request):
         PYTHONUNBUFFERED="1",
         # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
         AGENTSITE_TOOL_MODULES="tests.support_tools",
+        # The demo shop's approval rules (test_browser_approval_rules); the other tests' refunds
+        # match none of them, and are decided by one reviewer as before.
+        AGENTSITE_APPROVAL_RULE_MODULES="plans.demo.approval_rules",
         # Real MCP servers (test_browser_mcp_approval), started when the registry is read.
         AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
     )
