@@ -82,6 +82,8 @@ def approval_request(
         requested_args=resolved_args,
         args=resolved_args,
         args_sha256=args_sha256(step.tool, resolved_args),
+        # Set again when saved; here for what reads it before (a rule's decision, a span).
+        requested_at=timezone.now(),
     )
     try:
         rules = rules_load()
