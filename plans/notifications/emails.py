@@ -78,7 +78,12 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
         "author": run.goal.author.get_username(),
         "round": round_no,
         "steps": [
-            {"step": a.step.step_id, "tool": a.tool, "args": _pretty(redact(a.args))}
+            {
+                "step": a.step.step_id,
+                "tool": a.tool,
+                "args": _pretty(redact(a.args)),
+                "why": approval_why(a),
+            }
             for a in sorted(waiting, key=lambda a: a.step.step_id)
         ],
         "inbox_url": absolute(reverse("plans:inbox")) + f"#group-{run.pk}-{round_no}",
@@ -115,7 +120,12 @@ def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
         "author": run.goal.author.get_username(),
         "round": step.round,
         "steps": [
-            {"step": step.step_id, "tool": approval.tool, "args": _pretty(redact(approval.args))}
+            {
+                "step": step.step_id,
+                "tool": approval.tool,
+                "args": _pretty(redact(approval.args)),
+                "why": approval_why(approval),
+            }
         ],
         "inbox_url": absolute(reverse("plans:inbox")) + f"?scope=all#approval-{approval.pk}",
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
@@ -125,6 +135,16 @@ def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
     if approval.rule:
         subject += f" (rule {approval.rule})"
     return _email(recipients, subject, "approval_round", context)
+
+
+def approval_why(approval: Approval) -> str:
+    """What an e-mail says of a request's rule: its name, routing and n-of-m progress."""
+    parts = [f"rule {approval.rule}"] if approval.rule else []
+    if approval.groups:
+        parts.append(f"routed to {' or '.join(approval.groups)}")
+    if approval.approvals_needed > 1:
+        parts.append(f"{approval.approvals_counted} of {approval.approvals_needed} approvals")
+    return " · ".join(parts)
 
 
 def plan_waiting_email(run_id: int, version: int) -> Email | None:

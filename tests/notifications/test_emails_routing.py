@@ -48,3 +48,21 @@ def test_a_request_anyone_may_decide_is_emailed_to_every_reviewer(author, team):
 
     assert email is not None
     assert sorted(email.recipients) == ["bob@example.com", "fiona@example.com"]
+
+
+def test_the_email_says_the_rule_and_how_many_approvals_it_has(author, team, settings):
+    from plans.services.approvals import approval_decide
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
+    args = {"order_id": "A-1002", "amount_inr": 60000, "reason": "r"}
+    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
+    run = run_create(author=author, goal_text="refund", plan_data=plan)
+    advance_run(run.pk)
+    approval = Approval.objects.get(run=run)
+    approval_decide(approval=approval, reviewer=team["bob"], approve=True)
+
+    email = approval_round_email(run.pk, approval.step.round)
+
+    assert email is not None
+    assert "rule large_refund_needs_two_reviewers · 1 of 2 approvals" in email.text
+    assert "1 of 2 approvals" in email.html
