@@ -8,7 +8,30 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import served
+
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def rules_site(tmp_path_factory):
+    """A site of this module's own, with the demo shop's rules (the shared one has none)."""
+    site = served(
+        tmp_path_factory.mktemp("agentsite-rules"),
+        AGENTSITE_APPROVAL_RULE_MODULES="plans.demo.approval_rules",
+    )
+    yield next(site)
+    next(site, None)
+
+
+@pytest.fixture
+def daphne_server(rules_site):
+    return rules_site[0]
+
+
+@pytest.fixture
+def server_env(rules_site):
+    return rules_site[1]
 
 
 def refund_run(manage, tmp_path, order_id, amount, ends_runs=None):
