@@ -353,6 +353,11 @@ AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
+# Approval policies as code: modules of @rule functions, tried in order before a person is
+# asked (the demo shop's: plans.demo.approval_rules); see README "Approval rules".
+AGENTSITE_APPROVAL_RULE_MODULES = env_list("AGENTSITE_APPROVAL_RULE_MODULES", [])
+# A reviewer's "I'm on it" claim on a request lapses after this long.
+AGENTSITE_APPROVAL_CLAIM_S = float(os.environ.get("AGENTSITE_APPROVAL_CLAIM_S", "1800"))
 
 # --- The API and notifications ---------------------------------------------------------
 

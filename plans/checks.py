@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from plans.guards.approval_rules import rules_load
 from plans.llm import model_for
 from plans.llm.base import SCHEMA_MODES
 from plans.llm.pricing import prices_for
@@ -80,6 +81,23 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                 str(exc),
                 hint="See the README, Tools from MCP servers.",
                 id="plans.E010",
+            )
+        ]
+    return []
+
+
+@checks.register()
+def check_approval_rules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The approval rule modules import and define rules: a broken module would leave every
+    call to a reviewer (fail closed) until someone noticed."""
+    try:
+        rules_load()
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Fix AGENTSITE_APPROVAL_RULE_MODULES or the module (manage.py policy_check).",
+                id="plans.E020",
             )
         ]
     return []

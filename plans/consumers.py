@@ -24,7 +24,6 @@ from django.template.loader import render_to_string
 
 from plans.engine.text import MAX_ID, whole_number
 from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
-from plans.roles import may_decide
 from plans.selectors.approvals import pending_approvals_count
 from plans.selectors.runs import run_events_after, run_visible_get
 from plans.sessions import session_signs_in
@@ -360,7 +359,7 @@ class RunConsumer(SessionBound):
 
 
 class PendingApprovalsConsumer(SessionBound):
-    """Keeps a reviewer's nav badge current: a new count whenever the inbox changes."""
+    """Keeps the nav badge current: a new count whenever the inbox changes."""
 
     joined = False
 
@@ -370,9 +369,8 @@ class PendingApprovalsConsumer(SessionBound):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_SIGNED_IN)
             return
-        if not await database_sync_to_async(may_decide)(user):
-            await self.close(code=FORBIDDEN)
-            return
+        # Everyone signed in: a reviewer's count is what they may decide, an author's the
+        # questions their runs ask them (selectors.approvals.pending_approvals_count).
         bind_server_loop(asyncio.get_running_loop())
         await self.follow_session(user)
         await self.channel_layer.group_add(INBOX_GROUP, self.channel_name)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q
+from django.utils import timezone
 
 from plans.engine import args_match_sha256, preview_version
 
@@ -380,6 +382,16 @@ class Approval(models.Model):
         API = "api"
         CLI = "cli", "command line"
         TTL = "ttl", "time limit"
+        RULE = "rule", "approval rule"
+
+    class RuleOutcome(models.TextChoices):
+        """What the approval rule that matched the call decided (plans.engine.approval_rules)."""
+
+        NONE = "", "no rule"
+        APPROVE = "approve", "approved by the rule"
+        REQUIRE = "require", "distinct reviewers required"
+        ROUTE = "route", "routed to groups"
+        DENY = "deny", "denied by the rule"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
@@ -404,6 +416,34 @@ class Approval(models.Model):
     )
     # For a request made again: what changed since the approval it supersedes (sentences).
     changes = models.JSONField(default=list, blank=True)
+    # The approval rule that matched the call when it was asked about, and its version; kept
+    # with the outcome so a later change of the rules never changes what was decided.
+    rule = models.CharField(max_length=80, blank=True)
+    rule_version = models.CharField(max_length=12, blank=True)
+    rule_outcome = models.CharField(max_length=10, choices=RuleOutcome, blank=True)
+    rule_error = models.TextField(blank=True, help_text="Why the matching rule was not applied.")
+    # Who may decide: this many distinct approvals on the same arguments, from members of these
+    # groups (none named: anyone who may decide approvals).
+    approvals_needed = models.PositiveSmallIntegerField(default=1)
+    groups = models.JSONField(default=list, blank=True)
+    # When it expires undecided, if its rule set a ttl; else AGENTSITE_APPROVAL_TTL_S after it
+    # was asked, as that setting is now (Approval.deadline).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Chasing a person's decision (the rule's remind_after / escalate_after): when, and done.
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_to = models.JSONField(default=list, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    # "I'm on it": who claimed it and when (lapsing after AGENTSITE_APPROVAL_CLAIM_S).
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approvals_claimed",
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -422,6 +462,12 @@ class Approval(models.Model):
                 fields=["-requested_at", "-id", "run"],
                 condition=Q(decision="pending"),
                 name="approval_waiting_idx",
+            ),
+            # The rules page's match counts.
+            models.Index(
+                fields=["rule", "rule_version", "decision"],
+                condition=~Q(rule=""),
+                name="approval_rule_idx",
             ),
         ]
         permissions = [("decide_approval", "Can approve or reject destructive steps")]
@@ -443,6 +489,60 @@ class Approval(models.Model):
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )
+
+    @property
+    def deadline(self) -> datetime:
+        """When it expires if nobody decides it."""
+        if self.expires_at is not None:
+            return self.expires_at
+        return self.requested_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
+
+    @property
+    def claim_until(self) -> datetime | None:
+        """When the live claim lapses; None if nobody holds one now."""
+        if self.claimed_by_id is None or self.claimed_at is None:
+            return None
+        until = self.claimed_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_CLAIM_S)
+        return until if until > timezone.now() else None
+
+    @property
+    def decided_by_rule(self) -> bool:
+        return self.via == self.Via.RULE
+
+    @property
+    def current_votes(self) -> list[ApprovalVote]:
+        """The approvals counted so far: those of the current arguments (prefetch "votes")."""
+        return [vote for vote in self.votes.all() if vote.args_sha256 == self.args_sha256]
+
+    @property
+    def approvals_counted(self) -> int:
+        return len(self.current_votes)
+
+
+class ApprovalVote(models.Model):
+    """One reviewer's approval of an approval's arguments as they were (hash), towards its
+    approvals_needed; an edit changes the arguments, so earlier votes stop counting."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    args_sha256 = models.CharField(max_length=64)
+    args = models.JSONField()
+    edited = models.BooleanField(default=False)
+    via = models.CharField(max_length=10, choices=Approval.Via)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Concurrent approvals by one reviewer count once, whatever the race.
+            models.UniqueConstraint(
+                fields=["approval", "reviewer", "args_sha256"],
+                name="one_vote_per_reviewer_and_args",
+            ),
+        ]
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_id} approved {self.approval_id}"
 
 
 class HumanQuestion(models.Model):
@@ -507,6 +607,10 @@ class RunEvent(models.Model):
         APPROVAL_REQUESTED = "approval_requested"
         APPROVAL_DECIDED = "approval_decided"
         APPROVAL_STALE = "approval_stale"  # the target changed since approval: not called
+        APPROVAL_COUNTED = "approval_counted"  # one of the n distinct approvals a rule requires
+        APPROVAL_CLAIMED = "approval_claimed"  # "I'm on it" (or an explicit takeover)
+        APPROVAL_REMINDED = "approval_reminded"  # its rule's remind_after passed undecided
+        APPROVAL_ESCALATED = "approval_escalated"  # its rule's escalate_after: more groups decide
         QUESTION_ASKED = "question_asked"  # an ask_human step waits for a person
         QUESTION_ANSWERED = "question_answered"  # answered, or expired unanswered
         CHANGES_REQUESTED = "changes_requested"  # a reviewer sent instructions: replan

@@ -1,5 +1,7 @@
 """The three roles as groups: authors submit goals, reviewers decide, operators audit."""
 
+from collections.abc import Collection
+
 from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
 
@@ -29,6 +31,17 @@ def roles_ensure() -> dict[str, Group]:
     return groups
 
 
+def roles_ensure_group(name: str, *, like: str) -> Group:
+    """A group with a role's permissions (a team an approval rule routes to; idempotent)."""
+    group, _ = Group.objects.get_or_create(name=name)
+    for dotted in ROLE_PERMISSIONS[like]:
+        app_label, codename = dotted.split(".")
+        group.permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return group
+
+
 def may_submit_goals(user) -> bool:
     """Authors (the group, or anyone granted plans.add_goal) may hand the agent goals.
 
@@ -44,6 +57,21 @@ def may_submit_goals(user) -> bool:
 def may_decide(user) -> bool:
     """Reviewers (plans.decide_approval, from their group or their own) decide approvals."""
     return bool(user is not None and user.is_authenticated and user.has_perm(DECIDE))
+
+
+def group_names(user) -> frozenset[str]:
+    """The names of the user's groups, read once per user object."""
+    names = getattr(user, "_agentsite_group_names", None)
+    if names is None:
+        names = frozenset(user.groups.values_list("name", flat=True)) if user.pk else frozenset()
+        user._agentsite_group_names = names
+    return names
+
+
+def routing_forbids(*, user, groups: Collection[str]) -> bool:
+    """Routing: a request an approval rule routed to groups is decided only by their members
+    (no groups named: by anyone who may decide)."""
+    return bool(groups) and not (group_names(user) & set(groups))
 
 
 # Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.

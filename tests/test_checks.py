@@ -40,3 +40,15 @@ def test_a_mistyped_plan_schema_mode_is_reported_at_start_up(settings):
 
     assert error.id == "plans.E003"
     assert "AGENTSITE_PLAN_SCHEMA is 'strict'" in error.msg
+
+
+def test_approval_rule_modules_that_cannot_be_loaded_are_reported_at_start_up(settings):
+    from plans.checks import check_approval_rules
+
+    assert check_approval_rules() == []
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.nope"]
+
+    [error] = check_approval_rules()
+
+    assert error.id == "plans.E020"
+    assert "cannot import 'tests.rule_modules.nope'" in error.msg

@@ -332,12 +332,17 @@ async def test_the_badge_socket_sends_reviewers_the_count_and_follows_changes(
     await socket.disconnect()
 
 
-async def test_the_badge_socket_is_for_reviewers_only(client, author):
+async def test_an_authors_badge_socket_counts_only_the_questions_they_are_asked(client, author):
     session = await database_sync_to_async(session_of)(client, author)
 
     socket = await open_socket("/ws/approvals/", session)
+    initial = await socket.receive_from(RECEIVE_S)
+    assert await parked_trip(author) == Run.Status.AWAITING_APPROVAL  # no question: not counted
+    await get_channel_layer().group_send(INBOX_GROUP, {"type": "inbox.changed"})
+    update = await socket.receive_from(RECEIVE_S)
 
-    assert await socket.receive_output(RECEIVE_S) == {"type": "websocket.close", "code": 4403}
+    assert 'data-count="0"' in initial and 'data-count="0"' in update
+    await socket.disconnect()
 
 
 async def test_logging_out_closes_the_users_open_sockets(finished_run, client, author):

@@ -8,12 +8,21 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja import Router
 
-from plans.api.errors import ErrorOut
+from plans.api.errors import ErrorOut, not_found
 from plans.api.runs import run_out, run_url, visible_run
-from plans.api.schemas import ApprovalOut, DecisionIn, DecisionOut, PlanDecisionIn, RunOut
+from plans.api.schemas import (
+    ApprovalClaimOut,
+    ApprovalOut,
+    ClaimIn,
+    DecisionIn,
+    DecisionOut,
+    PlanDecisionIn,
+    RunOut,
+)
 from plans.models import Approval
-from plans.selectors.approvals import approval_inputs, approvals_waiting
-from plans.services.approvals import Seen, approvals_decide_seen
+from plans.roles import four_eyes_forbids, may_decide, routing_forbids
+from plans.selectors.approvals import approval_inputs, approvals_visible, approvals_waiting
+from plans.services.approvals import Seen, approval_claim, approvals_decide_seen
 from plans.services.plans import plan_decide_seen
 
 router = Router(tags=["approvals"])
@@ -29,12 +38,41 @@ DECISION_ERRORS: dict[int, type[ErrorOut]] = {
 }
 
 
+def approval_rule_out(approval: Approval) -> dict[str, str] | None:
+    """The rule that matched the approval's call, as the API shows it (None: no rule)."""
+    if not approval.rule:
+        return None
+    return {
+        "name": approval.rule,
+        "version": approval.rule_version,
+        "outcome": approval.rule_outcome,
+        "error": approval.rule_error,
+    }
+
+
+def approval_claim_out(approval: Approval) -> dict[str, Any] | None:
+    until = approval.claim_until
+    if until is None or approval.claimed_by is None:
+        return None
+    return {"by": approval.claimed_by.get_username(), "since": approval.claimed_at, "until": until}
+
+
+def approval_progress_out(approval: Approval) -> dict[str, Any]:
+    votes = approval.current_votes
+    return {
+        "needed": approval.approvals_needed,
+        "counted": len(votes),
+        "approved_by": [vote.reviewer.get_username() for vote in votes],
+    }
+
+
 @router.get(
     "/approvals/",
     response={200: list[ApprovalOut], 401: ErrorOut},
     summary="Destructive steps waiting for a decision, with the results that fed them",
 )
 def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
+    viewer: User = request.user  # type: ignore[assignment]
     waiting = list(approvals_waiting(request.user))
     inputs_of = approval_inputs(waiting)
     listed = []
@@ -53,6 +91,15 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                 "args": approval.args,
                 "args_sha256": approval.args_sha256,
                 "requested_at": approval.requested_at,
+                "rule": approval_rule_out(approval),
+                "progress": approval_progress_out(approval),
+                "groups": approval.groups,
+                "may_decide": may_decide(viewer)
+                and not four_eyes_forbids(run=approval.run, reviewer=viewer, via="api")
+                and not routing_forbids(user=viewer, groups=approval.groups),
+                "claim": approval_claim_out(approval),
+                "deadline": approval.deadline,
+                "escalated_to": approval.escalate_to if approval.escalated_at else [],
                 "inputs": [
                     {
                         "step": upstream.step_id,
@@ -126,10 +173,31 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
                 "reviewer": reviewer.get_username(),
                 "reason": approval.reason,
                 "decided_at": approval.decided_at,
+                "progress": approval_progress_out(approval),
             }
             for approval in decided
         ]
     }
+
+
+@router.post(
+    "/approvals/{approval_id}/claim/",
+    response={200: ApprovalClaimOut, **DECISION_ERRORS},
+    summary='Claim a waiting approval ("I\'m on it"), or take a live claim over',
+    description="Others may not decide it while the claim lives (409 claimed) unless they take "
+    "it over, which the run's audit records. A claim lapses after AGENTSITE_APPROVAL_CLAIM_S.",
+)
+def claim(request: HttpRequest, approval_id: int, body: ClaimIn) -> dict[str, Any]:
+    reviewer: User = request.user  # type: ignore[assignment]
+    approval = approvals_visible(reviewer, [approval_id]).get(approval_id)
+    if approval is None:
+        raise not_found("approval")
+    claimed = approval_claim(
+        approval=approval, reviewer=reviewer, take_over=body.take_over, via="api"
+    )
+    out = approval_claim_out(claimed)
+    assert out is not None
+    return out
 
 
 @router.post(

@@ -68,6 +68,8 @@ REFUSALS: dict[str, tuple[int, str, str | None]] = {
         "Only authors may hand the agent goals (token role: authors).",
     ),
     "four_eyes": (403, "four_eyes", None),
+    "not_in_group": (403, "not_in_group", None),
+    "claimed": (409, "claimed", None),
     "not_found": (404, "not_found", None),
     "stale_hash": (409, "stale_hash", None),
     "stale_plan": (409, "stale_plan", None),

@@ -239,6 +239,25 @@ class SupersededOut(Schema):
     changes: list[str] = Field(..., description="What changed since that approval.")
 
 
+class ApprovalRuleOut(Schema):
+    name: str = Field(..., description="The approval rule that matched the call.")
+    version: str = Field(..., description="The hash of the rule's source when it matched.")
+    outcome: str = Field(..., description="approve, require, route or deny ('' if not applied).")
+    error: str = Field("", description="Why the rule was not applied (a person decides).")
+
+
+class ApprovalProgressOut(Schema):
+    needed: int = Field(..., description="Distinct approvals of the same arguments it needs.")
+    counted: int = Field(..., description="Approvals of the current arguments so far.")
+    approved_by: list[str]
+
+
+class ApprovalClaimOut(Schema):
+    by: str
+    since: datetime
+    until: datetime = Field(..., description="When the claim lapses.")
+
+
 class ApprovalOut(Schema):
     id: int
     run: int
@@ -258,6 +277,17 @@ class ApprovalOut(Schema):
         description="Set when this is asked again because the target changed: both "
         "previews, side by side, and what changed.",
     )
+    rule: ApprovalRuleOut | None = Field(None, description="None: no approval rule matched.")
+    progress: ApprovalProgressOut
+    groups: list[str] = Field(..., description="Only their members decide it (none: anyone).")
+    may_decide: bool = Field(..., description="Whether you may decide it (routing, four-eyes).")
+    claim: ApprovalClaimOut | None = Field(None, description="A reviewer's live claim on it.")
+    deadline: datetime = Field(..., description="When it expires if nobody decides it.")
+    escalated_to: list[str] = Field(..., description="Groups it was escalated to (if it was).")
+
+
+class ClaimIn(Strict):
+    take_over: bool = Field(False, description="Take another reviewer's live claim over.")
 
 
 class ApprovalChoiceIn(Strict):
@@ -313,6 +343,9 @@ class DecidedOut(Schema):
     reviewer: str
     reason: str
     decided_at: datetime | None
+    progress: ApprovalProgressOut = Field(
+        ..., description="Still pending after an approval: counted towards the n it needs."
+    )
 
 
 class DecisionOut(Schema):

@@ -162,3 +162,27 @@ def reused_results(events: Iterable[RecordedEvent]) -> dict[int, dict[int, str]]
             step_id = event.payload.get("step")
             reused.setdefault(version, {})[step_id] = str(event.payload["reused_from"])
     return reused
+
+
+@dataclass(frozen=True)
+class ArgChange:
+    """One argument between two versions of a call's arguments (None: absent there)."""
+
+    name: str
+    old: Any
+    new: Any
+    added: bool = False
+    removed: bool = False
+
+
+def args_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[ArgChange]:
+    """The arguments that differ between two versions, in the new version's order."""
+    changes = [
+        ArgChange(name, old.get(name), value, added=name not in old)
+        for name, value in new.items()
+        if name not in old or old[name] != value
+    ]
+    changes += [
+        ArgChange(name, value, None, removed=True) for name, value in old.items() if name not in new
+    ]
+    return changes

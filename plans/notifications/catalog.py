@@ -11,6 +11,9 @@ WEBHOOK_EVENTS: dict[str, str] = {
     "approval.decided": "A destructive step was approved, rejected, or its request expired.",
     "approval.stale": "An approved destructive step was not called because its target changed "
     "since its preview; it waits for a fresh decision.",
+    "approval.reminded": "A request is still undecided past its approval rule's remind_after.",
+    "approval.escalated": "A request is still undecided past its rule's escalate_after: it "
+    "went to the escalation groups.",
     "run.finished": "A run ended: completed, failed, blocked, budget_exhausted, "
     "invalid_plan or cancelled.",
 }
@@ -23,6 +26,8 @@ KIND_TO_TYPE: dict[str, str] = {
     "approval_requested": "approval.requested",
     "approval_decided": "approval.decided",
     "approval_stale": "approval.stale",
+    "approval_reminded": "approval.reminded",
+    "approval_escalated": "approval.escalated",
     "run_finished": "run.finished",
 }
 NOTIFYING_KINDS = frozenset(KIND_TO_TYPE)

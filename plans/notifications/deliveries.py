@@ -96,7 +96,13 @@ def _run_with_author(run_id: int) -> Run | None:
 
 def _may_email(event_type: str, event: dict[str, Any]) -> bool:
     """Whether _emails_for could want an email for this event, before reading anything."""
-    if event_type in ("approval.requested", "approval.stale", "plan.approval_requested"):
+    if event_type in (
+        "approval.requested",
+        "approval.stale",
+        "plan.approval_requested",
+        "approval.reminded",
+        "approval.escalated",
+    ):
         return True
     return (
         event_type == "run.finished" and event["payload"].get("status") in FINISHED_EMAIL_STATUSES
@@ -119,6 +125,18 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
                 {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
                 dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}{again}",
                 due=later,
+            )
+        ]
+    if event_type in ("approval.reminded", "approval.escalated"):
+        # Chasing one request: its deciders are reminded, the escalation groups are told.
+        kind = "approval_reminder" if event_type == "approval.reminded" else "approval_escalated"
+        return [
+            _email_row(
+                run,
+                event_type,
+                {"email": kind, "run": run.pk, "approval": payload.get("approval")},
+                dedupe=f"{kind}:{payload.get('approval')}",
+                due=now,
             )
         ]
     if event_type == "plan.approval_requested":
@@ -252,6 +270,10 @@ def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, boo
         email = emails.plan_waiting_email(payload["run"], payload["version"])
     elif kind == "run_finished":
         email = emails.run_finished_email(payload["run"])
+    elif kind in ("approval_reminder", "approval_escalated"):
+        email = emails.approval_chase_email(
+            payload["approval"], escalated=kind != "approval_reminder"
+        )
     else:
         return None, None, f"unknown email {kind!r}", True
     if email is None:

@@ -3,6 +3,7 @@ their run ends. Rendered when sent, so an email shows the round as it is then.""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,8 @@ from django.urls import reverse
 from plans.guards.redaction import redact
 from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
-from plans.roles import DECIDE, four_eyes_forbids
-from plans.selectors.approvals import approvals_waiting
+from plans.roles import DECIDE, four_eyes_forbids, routing_forbids
+from plans.selectors.approvals import approvals_queue
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -34,14 +35,19 @@ def absolute(path: str) -> str:
     return settings.AGENTSITE_BASE_URL.rstrip("/") + path
 
 
-def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
-    """Everyone who may decide this run's approvals and wants these emails (with an address)."""
+def deciders(
+    run: Run, *, wants: str = Prefs.EACH_ROUND, routed_to: Collection[str] | None = None
+) -> QuerySet[Any]:
+    """Everyone who may decide this run's approvals and wants these emails (with an address);
+    routed_to: only members of these groups (an approval rule routed the requests there)."""
     app_label, codename = DECIDE.split(".")
     perm = Permission.objects.get(content_type__app_label=app_label, codename=codename)
     users = get_user_model().objects.filter(
         Q(is_superuser=True) | Q(user_permissions=perm) | Q(groups__permissions=perm),
         is_active=True,
     )
+    if routed_to is not None:  # roles.routing_forbids, as a filter on people
+        users = users.filter(pk__in=get_user_model().objects.filter(groups__name__in=routed_to))
     if settings.AGENTSITE_FOUR_EYES:  # roles.four_eyes_forbids, as a filter on people
         users = users.exclude(pk=run.goal.author_id)
     chosen = Q(notification_preference__approval_emails=wants)
@@ -72,7 +78,10 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
     )
     if not waiting:
         return None
-    recipients = [user.email for user in deciders(run)]
+    # Requests an approval rule routed go to their groups' members only; one that anyone may
+    # decide brings in every reviewer.
+    routed = None if any(not a.groups for a in waiting) else {g for a in waiting for g in a.groups}
+    recipients = [user.email for user in deciders(run, routed_to=routed)]
     if not recipients:
         return None
     context = {
@@ -92,6 +101,7 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
                     if a.supersedes
                     else []
                 ),
+                "why": approval_why(a),
             }
             for a in sorted(waiting, key=lambda a: a.step.step_id)
         ],
@@ -104,6 +114,56 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
         f"({', '.join(sorted({a.tool for a in waiting}))}) wait for your decision"
     )
     return _email(recipients, subject, "approval_round", context)
+
+
+def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
+    """A request still undecided: a reminder to those who may decide it, or, escalated, word
+    to the escalation groups' members. None once it is decided."""
+    approval = (
+        Approval.objects.select_related("run__goal__author", "step").filter(pk=approval_id).first()
+    )
+    if approval is None or approval.decision != Approval.Decision.PENDING:
+        return None
+    run = approval.run
+    if escalated:
+        routed: Collection[str] | None = approval.escalate_to
+    else:
+        routed = approval.groups or None
+    recipients = [user.email for user in deciders(run, routed_to=routed)]
+    if not recipients:
+        return None
+    step = approval.step
+    context = {
+        "run": run,
+        "goal": run.goal.text,
+        "author": run.goal.author.get_username(),
+        "round": step.round,
+        "steps": [
+            {
+                "step": step.step_id,
+                "tool": approval.tool,
+                "args": _pretty(redact(approval.args)),
+                "why": approval_why(approval),
+            }
+        ],
+        "inbox_url": absolute(reverse("plans:inbox")) + f"?scope=all#approval-{approval.pk}",
+        "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
+    }
+    what = "escalated to you" if escalated else "still waits for a decision"
+    subject = f"Run {run.pk}: step {step.step_id} ({approval.tool}) {what}"
+    if approval.rule:
+        subject += f" (rule {approval.rule})"
+    return _email(recipients, subject, "approval_round", context)
+
+
+def approval_why(approval: Approval) -> str:
+    """What an e-mail says of a request's rule: its name, routing and n-of-m progress."""
+    parts = [f"rule {approval.rule}"] if approval.rule else []
+    if approval.groups:
+        parts.append(f"routed to {' or '.join(approval.groups)}")
+    if approval.approvals_needed > 1:
+        parts.append(f"{approval.approvals_counted} of {approval.approvals_needed} approvals")
+    return " · ".join(parts)
 
 
 def plan_waiting_email(run_id: int, version: int) -> Email | None:
@@ -144,8 +204,9 @@ def digest_email(user: User) -> Email | None:
     """The daily digest: every approval waiting that this reviewer may decide."""
     waiting = [
         a
-        for a in approvals_waiting(user)
+        for a in approvals_queue(user, scope="mine")
         if not four_eyes_forbids(run=a.run, reviewer=user, via="web")
+        and not routing_forbids(user=user, groups=a.groups)
     ]
     if not waiting or not getattr(user, "email", ""):
         return None

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
 from plans.engine import args_match_sha256, args_sha256, preview_changes, preview_version
-from plans.models import Approval, Step
+from plans.engine.approval_rules import Kind, Match, call_match
+from plans.guards.approval_rules import call_context, rules_load
+from plans.models import Approval, Run, Step
+from plans.tools import ToolSpec
 
 
 class Verdict(StrEnum):
@@ -77,27 +84,48 @@ def approval_target_stale(
 
 def approval_request(
     *,
-    run_id: int,
+    run: Run,
     step: Step,
+    spec: ToolSpec | None,
     resolved_args: dict[str, Any],
     preview: dict[str, Any] | None = None,
 ) -> Approval:
-    """A new pending approval for the step's resolved arguments (saved by the caller's recorder)."""
-    return Approval(
-        run_id=run_id,
+    """A new approval for the step's resolved arguments as the first matching approval rule has
+    it: decided by the rule, or pending for the people it names (saved by the caller's recorder).
+
+    Asked once per call: once stored, the decision is read (approval_gate), never re-evaluated.
+    """
+    approval = Approval(
+        run_id=run.pk,
         step=step,
         tool=step.tool,
         requested_args=resolved_args,
         args=resolved_args,
         args_sha256=args_sha256(step.tool, resolved_args),
         preview=preview,
+        # Set again when saved; here for what reads it before (a rule's decision, a span).
+        requested_at=timezone.now(),
     )
+    try:
+        rules = rules_load()
+    except ImproperlyConfigured as broken:
+        # Fail closed: a person decides, and the card says why no rule was applied.
+        approval.rule_error = f"the approval rules could not be loaded: {broken}"
+        return approval
+    if rules:
+        context = call_context(run=run, spec=spec, tool=step.tool, args=resolved_args)
+        approval_rule_apply(approval, call_match(rules, context))
+    return approval
 
 
 def approval_request_again(
     *, stale: Approval, preview: dict[str, Any] | None, changes: list[str]
 ) -> Approval:
-    """The fresh request replacing an approval gone stale: the same call, the new preview."""
+    """The fresh request replacing an approval gone stale: the same call, the new preview.
+
+    It keeps who may decide it (the rule's routing and n-of-m) but is always a person's to
+    decide: the rule decided on a target that has since changed.
+    """
     return Approval(
         run_id=stale.run_id,
         step_id=stale.step_id,
@@ -108,4 +136,75 @@ def approval_request_again(
         preview=preview,
         supersedes=stale,
         changes=changes,
+        rule=stale.rule,
+        rule_version=stale.rule_version,
+        rule_outcome=stale.rule_outcome,
+        approvals_needed=stale.approvals_needed,
+        groups=stale.groups,
+        escalate_to=stale.escalate_to,
+    )
+
+
+def approval_rule_apply(approval: Approval, match: Match) -> None:
+    """Record a rule's outcome on a new approval: who may decide it, or its decision."""
+    if match.rule is None:
+        return
+    approval.rule = match.rule.name
+    approval.rule_version = match.rule.version
+    approval.rule_error = match.error
+    outcome = match.outcome
+    approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
+    approval.approvals_needed = outcome.approvals
+    approval.groups = list(outcome.groups)
+    deadlines, now = match.rule.deadlines, timezone.now()
+    if not match.error:
+        if deadlines.ttl_s is not None:
+            approval.expires_at = now + timedelta(seconds=deadlines.ttl_s)
+        if deadlines.remind_after_s is not None:
+            approval.remind_at = now + timedelta(seconds=deadlines.remind_after_s)
+        if deadlines.escalate_after_s is not None:
+            approval.escalate_at = now + timedelta(seconds=deadlines.escalate_after_s)
+            approval.escalate_to = list(deadlines.escalate_to)
+    if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
+        return
+    approval.via = Approval.Via.RULE
+    approval.decided_at = timezone.now()
+    if outcome.kind is Kind.APPROVE:
+        approval.decision = Approval.Decision.APPROVED
+    else:
+        approval.decision = Approval.Decision.REJECTED
+        approval.reason = f"denied by approval rule {match.rule.name}: {outcome.reason}"
+
+
+def approval_rule_payload(approval: Approval) -> dict[str, Any]:
+    """What an approval event says of the rule that matched its call (nothing if none did)."""
+    if not approval.rule and not approval.rule_error:
+        return {}
+    payload: dict[str, Any] = {
+        "rule": approval.rule,
+        "rule_version": approval.rule_version,
+        "rule_outcome": approval.rule_outcome,
+        "approvals_needed": approval.approvals_needed,
+        "groups": approval.groups,
+    }
+    if approval.rule_error:
+        payload["rule_error"] = approval.rule_error
+    return payload
+
+
+def decided_by_rule_event(approval: Approval) -> tuple[str, dict[str, Any]]:
+    """The run event of a call an approval rule decided when it was asked (no person did)."""
+    return (
+        "approval_decided",
+        {
+            "step": approval.step.step_id,
+            "tool": approval.tool,
+            "decision": approval.decision,
+            "reviewer": f"rule {approval.rule}",
+            "reason": approval.reason,
+            "args": approval.args,
+            "edited": False,
+            "args_sha256": approval.args_sha256,
+            **approval_rule_payload(approval),
+        },
     )

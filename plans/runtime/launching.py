@@ -28,9 +28,12 @@ from plans.journal.events import LeaseLost
 from plans.models import Approval, HumanQuestion, Run, Step, ToolPreview
 from plans.runtime import telemetry
 from plans.runtime.gate import (
+    GateDecision,
     Verdict,
     approval_gate,
     approval_request,
+    approval_rule_payload,
+    decided_by_rule_event,
 )
 from plans.runtime.steps_state import StepsState
 from plans.runtime.tool_calls import (
@@ -92,6 +95,9 @@ class Launching(StepsState):
                 result = blocked_result(step.tool, reason)
                 self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
                 return
+            if gate.verdict is Verdict.MISSING:
+                # Asked for the first time: the approval rules may decide it at once.
+                gate = self._request_approval(step, spec, args)
             decided = gate.verdict in (Verdict.APPROVED, Verdict.REJECTED)
             if decided and gate.approval is not None and telemetry.observer is not None:
                 telemetry.observer.approval_waited(self.run, step, gate.approval)
@@ -102,6 +108,8 @@ class Launching(StepsState):
                     result = (
                         f"BLOCKED: {step.tool} was not approved in time. {reason}. Do not retry."
                     )
+                elif gate.approval.decided_by_rule:
+                    result = f"BLOCKED: {step.tool} was {reason}. Do not retry."
                 else:
                     result = blocked_result(step.tool, reason)
                 self._finish_step(
@@ -113,7 +121,7 @@ class Launching(StepsState):
                 )
                 return
             if gate.verdict is not Verdict.APPROVED:
-                self._await_approval(step, args, requested=gate.verdict is Verdict.PENDING)
+                self._await_approval(step, args)
                 return
             approval = gate.approval
             if gate.call_args != args:  # the reviewer edited them
@@ -250,27 +258,38 @@ class Launching(StepsState):
             self.calls[step.step_id] = (spec, args, approval)
             heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
-    def _await_approval(self, step: Step, args: dict[str, Any], *, requested: bool) -> None:
+    def _request_approval(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> GateDecision:
+        """Ask for an approval of this call: on record, decided by a rule or left pending."""
+        preview = None
+        if spec.preview is not None:
+            preview = self._preview(step, spec, args, purpose=ToolPreview.Purpose.REQUEST)
+        approval = approval_request(
+            run=self.run, step=step, spec=spec, resolved_args=args, preview=preview
+        )
+        self.recorder.approval_requested(approval)
+        if approval.decision == Approval.Decision.PENDING:
+            self.recorder.event(
+                "approval_requested",
+                step=step.step_id,
+                tool=step.tool,
+                round=step.round,
+                args=args,
+                preview=preview,
+                **approval_rule_payload(approval),
+            )
+            return GateDecision(Verdict.PENDING, approval)
+        # Decided as it was asked: nobody is asked (no request event, no e-mail), the audit
+        # names the rule and its version.
+        kind, payload = decided_by_rule_event(approval)
+        self.recorder.event(kind, **payload)
+        if approval.decision == Approval.Decision.APPROVED:
+            return GateDecision(Verdict.APPROVED, approval)
+        return GateDecision(Verdict.REJECTED, approval)
+
+    def _await_approval(self, step: Step, args: dict[str, Any]) -> None:
         self.awaiting[step.step_id] = args
         step.status = Step.Status.AWAITING_APPROVAL
         self.recorder.step_changed(step, "status")
-        if requested:
-            return
-        spec = self.advancer.registry.get(step.tool)
-        preview = None
-        if spec is not None and spec.preview is not None:
-            preview = self._preview(step, spec, args, purpose=ToolPreview.Purpose.REQUEST)
-        self.recorder.approval_requested(
-            approval_request(run_id=self.run.pk, step=step, resolved_args=args, preview=preview)
-        )
-        self.recorder.event(
-            "approval_requested",
-            step=step.step_id,
-            tool=step.tool,
-            round=step.round,
-            args=args,
-            preview=preview,
-        )
 
     def _preview(
         self, step: Step, spec: ToolSpec, args: dict[str, Any], *, purpose: str

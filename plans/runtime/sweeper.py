@@ -28,7 +28,7 @@ from plans.bulk import KeptConnection, connection_lost, connection_used
 from plans.journal.leases import lease_seconds
 from plans.journal.tasks import advance_run_task
 from plans.models import Run, RunEvent
-from plans.services.approvals import approvals_expire
+from plans.services.approvals import approvals_chase, approvals_expire
 from plans.services.questions import questions_expire
 
 logger = logging.getLogger(__name__)
@@ -55,9 +55,11 @@ def sweep_interval() -> float:
 def sweep_once() -> list[int]:
     """Queue every run that needs a worker and has none; returns their ids.
 
-    Approvals left pending past their time limit expire first (their runs are continued).
+    Approvals left pending past their time limit expire first (their runs are continued), and
+    the approval rules' reminders and escalations that fell due go out.
     """
     approvals_expire()
+    approvals_chase()
     questions_expire()
     with transaction.atomic():
         if not _sweep_lock():

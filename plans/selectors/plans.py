@@ -80,7 +80,11 @@ def step_inputs(step: Step) -> list[Step]:
 
 
 def step_approvals(step: Step) -> list[Approval]:
-    return list(step.approvals.select_related("reviewer", "supersedes__reviewer"))
+    return list(
+        step.approvals.select_related("reviewer", "supersedes__reviewer").prefetch_related(
+            "votes__reviewer"
+        )
+    )
 
 
 def step_question(step: Step) -> HumanQuestion | None:

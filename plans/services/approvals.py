@@ -14,14 +14,15 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
 from plans.journal.events import INBOX_GROUP, append_events, group_send
 from plans.journal.rollup import approval_decided
 from plans.journal.tasks import run_enqueue
-from plans.models import Approval, Run
-from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids, may_decide
+from plans.models import Approval, ApprovalVote, Run
+from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors.approvals import approvals_visible
 from plans.services.refusals import Refused, text_clean
 from plans.tools import get_registry
@@ -30,8 +31,8 @@ from plans.tools import get_registry
 class ApprovalRefused(Refused):
     """A decision that cannot be recorded; nothing was changed. Codes: signed_out,
     not_a_reviewer, reason_required, text_invalid, already_decided, run_ended, four_eyes,
-    tool_unknown, args_invalid; through the API also listed_twice, not_found, stale_hash and
-    edit_with_reject."""
+    not_in_group, already_approved, claimed, stale_hash, tool_unknown, args_invalid; through the API
+    also listed_twice, not_found and edit_with_reject."""
 
 
 class StaleArgs(ApprovalRefused):
@@ -81,6 +82,7 @@ def approval_decide(
     edited_args: Mapping[str, Any] | None = None,
     via: str = "web",
     resume: bool = True,
+    seen_sha256: str | None = None,
 ) -> Approval:
     """Record a reviewer's decision; refuses (changing nothing) when it may not be made."""
     return approvals_decide(
@@ -91,6 +93,7 @@ def approval_decide(
         edited_args={approval.pk: edited_args} if edited_args is not None else None,
         via=via,
         resume=resume,
+        seen={approval.pk: seen_sha256} if seen_sha256 is not None else None,
     )[0]
 
 
@@ -104,9 +107,15 @@ def approvals_decide(
     via: str = "web",
     resume: bool = True,
     changes_requested: bool = False,
+    seen: Mapping[int, str] | None = None,
 ) -> list[Approval]:
-    """Decide several approvals together, all or nothing (changes_requested: declined by a
-    reviewer's request for changes, plans.services.changes)."""
+    """Decide several approvals together, all or nothing.
+
+    seen: by approval, the hash of the arguments its reviewer was shown; a decision on other
+    arguments is refused (stale_hash). An approval needing n distinct approvals (an approval
+    rule) is decided by the n-th approval of the same arguments; a reject is always final.
+    changes_requested: declined by a reviewer's request for changes (plans.services.changes).
+    """
     if via in PEOPLES_CHANNELS:
         reviewer_check(reviewer)
     reason = reason_clean(reason)
@@ -118,15 +127,23 @@ def approvals_decide(
         for approval in approvals:
             locked = (
                 # OF: PostgreSQL cannot lock the nullable side of the reviewer's outer join.
+                # The lock also orders concurrent approvals: each counts once, in turn.
                 Approval.objects.select_for_update(of=("self", "run"))
-                .select_related("run__goal__author", "reviewer", "step")
+                .select_related("run__goal__author", "reviewer", "step", "claimed_by")
                 .get(pk=approval.pk)
             )
             _check_decision_allowed(locked, reviewer, via)
+            if seen is not None:
+                approval_seen_check(locked, seen.get(locked.pk))
             args = edited_args.get(locked.pk)
             if args is not None and approve:
                 locked.args = _validated_edit(locked.tool, args, step_id=locked.step.step_id)
             locked.args_sha256 = args_sha256(locked.tool, locked.args)
+            if approve and not _approval_counts_enough(locked, reviewer, via, edited=args):
+                locked.save(update_fields=["args", "args_sha256"])
+                append_events(locked.run_id, [counted_event(locked, reviewer)])
+                decided.append(locked)
+                continue
             locked.decision = Approval.Decision.APPROVED if approve else Approval.Decision.REJECTED
             locked.reviewer = reviewer
             locked.via = via
@@ -152,6 +169,68 @@ def approvals_decide(
             for run_id in sorted(runs_to_resume):
                 run_enqueue(run_id)
     return decided
+
+
+def _approval_counts_enough(
+    approval: Approval, reviewer: User | None, via: str, *, edited: Mapping[str, Any] | None
+) -> bool:
+    """Count this approval towards the n distinct ones the approval needs; True if it is the
+    n-th on the current arguments (an edit starts the count again, at this approval).
+
+    The command line (the operator's own shell, with no person named) decides outright.
+    """
+    if approval.approvals_needed <= 1 or reviewer is None or via not in PEOPLES_CHANNELS:
+        return True
+    if approval.run.goal.author_id == reviewer.pk:
+        # Whatever AGENTSITE_FOUR_EYES says, the author is never one of the n.
+        raise four_eyes_refused("destructive steps")
+    votes = ApprovalVote.objects.filter(approval=approval, args_sha256=approval.args_sha256)
+    if votes.filter(reviewer=reviewer).exists():
+        raise ApprovalRefused(
+            "already_approved",
+            f"You already approved these arguments of step {approval.step.step_id} "
+            f"({approval.tool}); it needs {approval.approvals_needed} distinct reviewers, so "
+            "another one must approve.",
+        )
+    ApprovalVote.objects.create(
+        approval=approval,
+        reviewer=reviewer,
+        args_sha256=approval.args_sha256,
+        args=approval.args,
+        edited=edited is not None and dict(edited) != approval.requested_args,
+        via=via,
+    )
+    return votes.count() >= approval.approvals_needed
+
+
+def approval_seen_check(approval: Approval, seen_sha256: str | None) -> None:
+    """Refuse a decision on arguments other than those the reviewer was shown (stale_hash)."""
+    if approval.decision == Approval.Decision.PENDING and seen_sha256 != approval.args_sha256:
+        raise ApprovalRefused(
+            "stale_hash",
+            f"Approval {approval.pk} (step {approval.step.step_id}, {approval.tool}): the "
+            f"arguments are not the ones you saw (their hash is {approval.args_sha256}); read "
+            "them again. Nothing was decided.",
+        )
+
+
+def counted_event(approval: Approval, reviewer: User | None) -> tuple[str, dict[str, Any]]:
+    """The run event of one approval counted towards the n distinct ones a rule requires."""
+    return (
+        "approval_counted",
+        {
+            "approval": approval.pk,
+            "step": approval.step.step_id,
+            "tool": approval.tool,
+            "reviewer": reviewer.get_username() if reviewer else "",
+            "counted": approval.approvals_counted,
+            "needed": approval.approvals_needed,
+            "args": approval.args,
+            "args_sha256": approval.args_sha256,
+            "edited": approval.args != approval.requested_args,
+            "rule": approval.rule,
+        },
+    )
 
 
 def approvals_decide_seen(
@@ -199,6 +278,7 @@ def approvals_decide_seen(
         reason=reason,
         edited_args=edited or None,
         via=via,
+        seen={choice.approval_id: choice.args_sha256 for choice in seen},
     )
 
 
@@ -208,9 +288,13 @@ def approvals_expire() -> list[int]:
     Their steps are then blocked with "approval expired" when the run is continued.
     """
     ttl = settings.AGENTSITE_APPROVAL_TTL_S
-    cutoff = timezone.now() - timedelta(seconds=ttl)
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=ttl)
+    # Its own deadline (set when asked: the TTL or its rule's), else the TTL from when it was
+    # asked (requests made before deadlines were stored).
+    due = Q(expires_at__lt=now) | Q(expires_at__isnull=True, requested_at__lt=cutoff)
     stale = list(
-        Approval.objects.filter(decision=Approval.Decision.PENDING, requested_at__lt=cutoff)
+        Approval.objects.filter(due, decision=Approval.Decision.PENDING)
         .exclude(run__status__in=Run.TERMINAL)
         .values_list("pk", flat=True)
     )
@@ -225,7 +309,12 @@ def approvals_expire() -> list[int]:
             if approval.decision != Approval.Decision.PENDING:
                 continue  # a reviewer decided in the meantime
             approval.decision = Approval.Decision.EXPIRED
-            approval.reason = f"approval expired: no decision within {_duration(ttl)}"
+            allowed = (
+                (approval.expires_at - approval.requested_at).total_seconds()
+                if approval.expires_at is not None
+                else ttl
+            )
+            approval.reason = f"approval expired: no decision within {_duration(allowed)}"
             approval.decided_at = timezone.now()
             approval.via = "ttl"
             approval.save()
@@ -277,7 +366,9 @@ def reviewer_check(reviewer: User | None) -> None:
         )
 
 
-def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str) -> None:
+def _check_decision_allowed(
+    approval: Approval, reviewer: User | None, via: str, *, claim_check: bool = True
+) -> None:
     if approval.decision == Approval.Decision.STALE:
         raise ApprovalRefused(
             "already_decided",
@@ -300,6 +391,20 @@ def _check_decision_allowed(approval: Approval, reviewer: User | None, via: str)
         raise ApprovalRefused("run_ended", "The run is being cancelled; nothing to decide.")
     if four_eyes_forbids(run=approval.run, reviewer=reviewer, via=via):
         raise four_eyes_refused("destructive steps")
+    if via in PEOPLES_CHANNELS and routing_forbids(user=reviewer, groups=approval.groups):
+        raise ApprovalRefused(
+            "not_in_group",
+            f"Approval rule {approval.rule or '(none)'} routed this {approval.tool} step to "
+            f"{' or '.join(approval.groups)}: only their members may decide it.",
+        )
+    if (
+        claim_check
+        and via in PEOPLES_CHANNELS
+        and approval.claim_until is not None
+        and reviewer is not None
+        and approval.claimed_by_id != reviewer.pk
+    ):
+        raise claimed_refused(approval)
 
 
 def reason_clean(reason: str) -> str:
@@ -329,3 +434,109 @@ def _validated_edit(tool: str, args: Mapping[str, Any], *, step_id: int) -> dict
             + ".",
         )
     return dict(args)
+
+
+def approval_claim(
+    *, approval: Approval, reviewer: User | None, take_over: bool = False, via: str = "web"
+) -> Approval:
+    """Claim a waiting request ("I'm on it"): others see who and since when, and may decide it
+    only after taking the claim over, explicitly (audited), or once it lapses
+    (AGENTSITE_APPROVAL_CLAIM_S). A claim never holds off expiry or escalation."""
+    reviewer_check(reviewer)
+    assert reviewer is not None
+    with transaction.atomic():
+        locked = (
+            Approval.objects.select_for_update(of=("self", "run"))
+            .select_related("run__goal__author", "step", "claimed_by")
+            .get(pk=approval.pk)
+        )
+        _check_decision_allowed(locked, reviewer, via, claim_check=False)
+        held_by = locked.claimed_by if locked.claim_until is not None else None
+        if held_by is not None and held_by.pk != reviewer.pk and not take_over:
+            raise claimed_refused(locked)
+        locked.claimed_by, locked.claimed_at = reviewer, timezone.now()
+        locked.save(update_fields=["claimed_by", "claimed_at"])
+        took_over = held_by.get_username() if held_by and held_by.pk != reviewer.pk else ""
+        append_events(
+            locked.run_id,
+            [
+                (
+                    "approval_claimed",
+                    {
+                        "approval": locked.pk,
+                        "step": locked.step.step_id,
+                        "tool": locked.tool,
+                        "reviewer": reviewer.get_username(),
+                        "took_over_from": took_over,
+                        "until": locked.claim_until.isoformat() if locked.claim_until else "",
+                        "via": via,
+                    },
+                )
+            ],
+        )
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return locked
+
+
+def claimed_refused(approval: Approval) -> ApprovalRefused:
+    """The refusal while another reviewer's claim is live: who, since when, and how to go on."""
+    assert approval.claimed_by is not None and approval.claimed_at is not None
+    return ApprovalRefused(
+        "claimed",
+        f"{approval.claimed_by.get_username()} claimed this {approval.tool} step at "
+        f"{approval.claimed_at:%H:%M} UTC and is on it: take the claim over (it is recorded) "
+        "to decide it yourself.",
+    )
+
+
+def approvals_chase() -> int:
+    """Send the reminders and escalations that fell due (the rules' remind_after and
+    escalate_after), each once: an event (timeline, audit, webhooks, e-mail); an escalation
+    also opens the request to the escalation groups. Run by every sweep; returns how many."""
+    now = timezone.now()
+    due = list(
+        Approval.objects.filter(decision=Approval.Decision.PENDING)
+        .filter(
+            Q(remind_at__lte=now, reminded_at__isnull=True)
+            | Q(escalate_at__lte=now, escalated_at__isnull=True)
+        )
+        .exclude(run__status__in=Run.TERMINAL)
+        .values_list("pk", flat=True)
+    )
+    sent = 0
+    for approval_id in due:
+        with transaction.atomic():
+            locked = (
+                Approval.objects.select_for_update(of=("self",))
+                .select_related("step")
+                .get(pk=approval_id)
+            )
+            if locked.decision != Approval.Decision.PENDING:
+                continue
+            events = []
+            base = {"approval": locked.pk, "step": locked.step.step_id, "tool": locked.tool}
+            if locked.remind_at and locked.remind_at <= now and locked.reminded_at is None:
+                locked.reminded_at = now
+                events.append(("approval_reminded", {**base, "round": locked.step.round}))
+            if locked.escalate_at and locked.escalate_at <= now and locked.escalated_at is None:
+                locked.escalated_at = now
+                before = list(locked.groups)
+                if before:  # routed: the escalation groups join; unrouted stays open to all
+                    locked.groups = list(dict.fromkeys([*before, *locked.escalate_to]))
+                events.append(
+                    (
+                        "approval_escalated",
+                        {
+                            **base,
+                            "round": locked.step.round,
+                            "to": locked.escalate_to,
+                            "groups": locked.groups,
+                        },
+                    )
+                )
+            locked.save(update_fields=["reminded_at", "escalated_at", "groups"])
+            append_events(locked.run_id, events)
+            sent += len(events)
+    if sent:
+        transaction.on_commit(lambda: group_send(INBOX_GROUP, {"type": "inbox.changed"}))
+    return sent

@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
 from plans.models import Run, RunEvent
-from plans.roles import four_eyes_forbids, may_decide
+from plans.roles import four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors import approvals as approval_selectors
 from plans.selectors.runs import AWAITING_ANSWER, DERIVED_SHOWN, progress_status, runs_derived
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
@@ -142,6 +142,12 @@ def decision_forbidden(run: Run, viewer: Any) -> bool:
     if not getattr(viewer, "is_authenticated", False):
         return False
     return four_eyes_forbids(run=run, reviewer=viewer, via="web")
+
+
+@register.filter
+def routed_away(approval: Any, viewer: Any) -> bool:
+    """Whether an approval rule routed this approval to groups the viewer is not in."""
+    return routing_forbids(user=viewer, groups=approval.groups)
 
 
 @register.filter(name="may_decide")

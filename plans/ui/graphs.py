@@ -243,10 +243,17 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
     decided = decision is not None and decision.decision != Approval.Decision.PENDING
     if not decided or decision is None:
         if step.status in ("pending", "awaiting_approval", "running"):
-            return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">destructive: needs approval</FONT>'
+            needs = "needs approval"
+            if decision is not None and decision.approvals_needed > 1:
+                # A two-person (n-of-m) rule: how far along it is.
+                needs = f"{decision.approvals_counted} of {decision.approvals_needed} approvals"
+            return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">destructive: {needs}</FONT>'
         return f'<FONT COLOR="#475467">destructive: {html.escape(_status(step.status))}</FONT>'
-    who = decision.reviewer.get_username() if decision.reviewer is not None else "the system"
-    who = html.escape(_shorten(_visible(shown_text(who)), 30))
+    if decision.decided_by_rule:
+        who = f"rule {decision.rule}"
+    else:
+        who = decision.reviewer.get_username() if decision.reviewer is not None else "the system"
+    who = html.escape(_shorten(_visible(shown_text(who)), 48 if decision.decided_by_rule else 30))
     if decision.decision == Approval.Decision.APPROVED:
         edited = " with edits" if decision.args != decision.requested_args else ""
         return f'<FONT COLOR="#067647">\u2713 approved{edited} by {who}</FONT>'

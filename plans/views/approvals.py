@@ -9,25 +9,32 @@ from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from plans.engine.parsing import JSONUnreadable, read_json
+from plans.engine.plan_diff import ArgChange, args_changes
 from plans.engine.text import whole_number
 from plans.models import Approval, Run, Step
-from plans.roles import may_decide
+from plans.roles import may_decide, routing_forbids
 from plans.selectors.approvals import (
     INBOX_RUNS,
-    approval_inputs,
+    QUEUE_SCOPES,
+    ReplanNote,
+    approval_args_seen,
+    approval_cards_context,
     approvals_of_round,
+    approvals_visible,
     approvals_waiting,
     approvals_waiting_first,
-    changes_refusal,
+    changes_refusals,
     pending_approvals_count,
     questions_waiting,
+    queue_count,
     round_after_decision,
 )
 from plans.selectors.runs import run_visible_get
-from plans.services.approvals import ApprovalRefused, approvals_decide
+from plans.services.approvals import ApprovalRefused, approval_claim, approvals_decide
 from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
@@ -42,6 +49,12 @@ class ApprovalCard:
     args_text: str  # what the edit box holds: the arguments as JSON, or the reviewer's draft
     inputs: list[Step]  # the steps whose results fed the arguments
     effect: str = ""  # what approving it does, in one line (plans.ui.effects)
+    # A decision refused as stale: the arguments changed since the card was shown, and how.
+    stale: bool = False
+    changes: list[ArgChange] = field(default_factory=list)
+    changed_by: str = ""
+    routed_away: bool = False  # an approval rule routed it to groups the viewer is not in
+    replan: ReplanNote | None = None  # a reviewer's request for changes made this version
 
 
 @dataclass
@@ -61,7 +74,11 @@ class DecisionGroup:
 
     @property
     def pending(self) -> list[ApprovalCard]:
-        return [c for c in self.cards if c.approval.decision == Approval.Decision.PENDING]
+        return [
+            c
+            for c in self.cards
+            if c.approval.decision == Approval.Decision.PENDING and not c.routed_away
+        ]
 
 
 @require_GET
@@ -70,16 +87,28 @@ def inbox(request: SignedInRequest) -> HttpResponse:
     # The newest runs' requests only (?runs= asks for more): thousands rendered at once took
     # seconds. The rest are counted, not loaded.
     runs = min(max(whole_number(request.GET.get("runs", "")) or INBOX_RUNS, 1), 50 * INBOX_RUNS)
-    page = approvals_waiting_first(request.user, runs=runs)
-    groups = decision_groups(page.approvals)
+    scope = request.GET.get("scope", "")
+    if scope not in QUEUE_SCOPES:
+        scope = "mine" if may_decide(request.user) else "all"
+    page = approvals_waiting_first(request.user, runs=runs, scope=scope)
+    groups = decision_groups(page.approvals, viewer=request.user)
     template = "plans/inbox.html#inbox_list" if request.htmx else "plans/inbox.html"
-    context = _inbox_context(request, groups=groups, inbox=page, more_runs=runs + INBOX_RUNS)
+    context = _inbox_context(
+        request, groups=groups, inbox=page, more_runs=runs + INBOX_RUNS, scope=scope
+    )
+    # The badge (selectors.approvals.pending_approvals_count) from what the page read already.
+    waiting = 0
+    if may_decide(request.user):
+        waiting = page.waiting if scope == "mine" else queue_count(request.user)
+    context["pending_approvals"] = len(context["questions"]) + waiting
     return render(request, template, context)
 
 
 def _inbox_context(request: SignedInRequest, **context: Any) -> dict[str, Any]:
     return {
+        "scope": "mine",
         **context,
+        "scopes": QUEUE_SCOPES,
         "may_decide": may_decide(request.user),
         "questions": questions_waiting(request.user),
     }
@@ -93,16 +122,18 @@ def _inbox_with_drafts(
     status: int,
     *,
     reason: str,
+    stale: dict[int, str] | None = None,
 ) -> HttpResponse | None:
     """The whole inbox, the refused group showing its error and what the reviewer typed.
 
     None when the group no longer waits (decided meanwhile): nothing typed has a place then.
     """
-    groups = decision_groups(list(approvals_waiting(request.user)), drafts)
+    groups = decision_groups(list(approvals_waiting(request.user)), drafts, viewer=request.user)
     refused = [shown for shown in groups if (shown.run.pk, shown.round) == group]
     if not refused:
         return None
     refused[0].error, refused[0].reason = error, reason
+    _mark_stale(refused[0].cards, stale or {})
     context = _inbox_context(request, groups=groups)
     return render(request, "plans/inbox.html", context, status=status)
 
@@ -120,6 +151,8 @@ def decide(request: SignedInRequest) -> HttpResponse:
 
     error, status = "", 200
     edited: dict[int, dict[str, Any]] = {}
+    decided: list[Approval] = []
+    stale: dict[int, str] = {}
     if not chosen:
         error, status = "Tick at least one step to decide.", 422
     elif approve:
@@ -131,24 +164,33 @@ def decide(request: SignedInRequest) -> HttpResponse:
         except ApprovalRefused as refused:
             error, status = str(refused), refusal_status(refused)
     elif not error:
+        seen = {a.pk: form.seen_for(a.pk) or "" for a in chosen}
         try:
-            approvals_decide(
+            decided = approvals_decide(
                 approvals=chosen,
                 reviewer=request.user,
                 approve=approve,
                 reason=reason,
                 edited_args=edited or None,
+                seen=seen,
             )
         except ApprovalRefused as refused:
             error, status = str(refused), refusal_status(refused)
+            if refused.code == "stale_hash":
+                # The cards show the arguments as they are now, and what changed: no draft of
+                # the old ones is kept.
+                stale = seen
+                drafts = {}
 
     if not request.htmx:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
         # edit shows the inbox again at once instead, so what the reviewer typed is kept.
         typed = _typed_drafts(chosen, drafts)
-        if error and (typed or reason.strip()):
+        if error and (typed or reason.strip() or stale):
             refused_group = (run_id, round_no)
-            shown = _inbox_with_drafts(request, refused_group, typed, error, status, reason=reason)
+            shown = _inbox_with_drafts(
+                request, refused_group, typed, error, status, reason=reason, stale=stale
+            )
             if shown is not None:
                 return shown
         if error:
@@ -156,15 +198,44 @@ def decide(request: SignedInRequest) -> HttpResponse:
         elif form.changes:
             messages.success(request, "Changes requested: the run replans with your instructions.")
         else:
-            verb = "Approved" if approve else "Rejected"
-            messages.success(request, f"{verb} {len(chosen)} step{pluralize(len(chosen))}.")
+            messages.success(request, _decided_message(decided, approve=approve))
         return redirect("plans:inbox")
     group = _group_after_decision(request, run_id, round_no, chosen, drafts)
     if group is None:
         return render(request, "plans/inbox.html#refusal", {"error": error}, status=status)
     group.error = error
+    _mark_stale(group.cards, stale)
     context = _inbox_context(request, group=group)
     return render(request, "plans/inbox.html#decision_group", context, status=status)
+
+
+@require_POST
+def claim(request: SignedInRequest, approval_id: int) -> HttpResponse:
+    """ "I'm on it" on one request (take_over=1: take another reviewer's live claim over)."""
+    approval = approvals_visible(request.user, [approval_id]).get(approval_id)
+    if approval is None:
+        return HttpResponse("No such approval.", status=404)
+    try:
+        approval_claim(
+            approval=approval, reviewer=request.user, take_over=request.POST.get("take_over") == "1"
+        )
+    except ApprovalRefused as refused:
+        if not request.htmx:
+            messages.error(request, str(refused))
+            return redirect(reverse("plans:inbox") + f"?scope=all#approval-{approval_id}")
+        return render(
+            request,
+            "plans/inbox.html#refusal",
+            {"error": str(refused)},
+            status=refusal_status(refused),
+        )
+    if not request.htmx:
+        messages.success(request, f"You are on step {approval.step.step_id} ({approval.tool}).")
+        return redirect(reverse("plans:inbox") + f"?scope=all#approval-{approval_id}")
+    group = _group_after_decision(request, approval.run_id, approval.step.round, [approval], {})
+    if group is None:
+        return HttpResponse("No such approval.", status=404)
+    return render(request, "plans/inbox.html#decision_group", _inbox_context(request, group=group))
 
 
 @require_GET
@@ -178,11 +249,11 @@ def pending_count(request: SignedInRequest) -> HttpResponse:
 
 
 def decision_groups(
-    approvals: list[Approval], drafts: dict[int, str] | None = None
+    approvals: list[Approval], drafts: dict[int, str] | None = None, *, viewer: Any = None
 ) -> list[DecisionGroup]:
     """Cards grouped by run and round (in the order given), with the results that fed them."""
     drafts = drafts or {}
-    inputs = approval_inputs(approvals)
+    inputs, replans = approval_cards_context(approvals)
     groups: dict[tuple[int, int], DecisionGroup] = {}
     for approval in approvals:
         step = approval.step
@@ -195,15 +266,45 @@ def decision_groups(
                 args_text=drafts.get(approval.pk) or pretty_json(approval.args),
                 inputs=inputs[approval.pk],
                 effect=effect_line(approval.tool, approval.args),
+                routed_away=viewer is not None
+                and routing_forbids(user=viewer, groups=approval.groups),
+                replan=replans.get(approval.pk),
             )
         )
-    refusals: dict[int, str] = {}
+    refusals = changes_refusals(
+        list({group.run.pk: group.run for group in groups.values()}.values())
+    )
     for group in groups.values():
         group.cards.sort(key=lambda card: card.approval.step.step_id)
-        if group.run.pk not in refusals:
-            refusals[group.run.pk] = changes_refusal(group.run)
         group.changes_refused = refusals[group.run.pk]
     return list(groups.values())
+
+
+def _mark_stale(cards: list[ApprovalCard], seen: dict[int, str]) -> None:
+    """Cards whose arguments are no longer those their reviewer saw: what changed, and who."""
+    for card in cards:
+        approval = card.approval
+        if approval.pk not in seen or seen[approval.pk] == approval.args_sha256:
+            continue
+        card.stale = True
+        shown, card.changed_by = approval_args_seen(approval, seen[approval.pk])
+        if shown is not None:
+            card.changes = args_changes(shown, approval.args)
+
+
+def _decided_message(decided: list[Approval], *, approve: bool) -> str:
+    """What a decision did: steps approved or rejected, and approvals counted towards n."""
+    if not approve:
+        return f"Rejected {len(decided)} step{pluralize(len(decided))}."
+    done = [a for a in decided if a.decision == Approval.Decision.APPROVED]
+    counted = [a for a in decided if a.decision == Approval.Decision.PENDING]
+    parts = [f"Approved {len(done)} step{pluralize(len(done))}."] if done else []
+    for approval in counted:
+        parts.append(
+            f"Your approval of step {approval.step.step_id} counts: "
+            f"{approval.approvals_counted} of {approval.approvals_needed} approvals."
+        )
+    return " ".join(parts)
 
 
 def _typed_drafts(chosen: list[Approval], drafts: dict[int, str]) -> dict[int, str]:
@@ -253,5 +354,5 @@ def _group_after_decision(
     approvals = round_after_decision(
         run_id=run_id, round_no=round_no, decided=[a.pk for a in chosen]
     )
-    groups = decision_groups(approvals, drafts)
+    groups = decision_groups(approvals, drafts, viewer=request.user)
     return groups[0] if groups else None

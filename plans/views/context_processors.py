@@ -1,5 +1,7 @@
 """What every page's navigation needs."""
 
+from collections.abc import Callable
+
 from django.http import HttpRequest
 
 from plans.roles import may_decide
@@ -12,6 +14,20 @@ def pending_approvals(request: HttpRequest) -> dict[str, object]:
     if user is None or not user.is_authenticated:
         return {}
     return {
-        "pending_approvals": pending_approvals_count(user),
+        # Counted only if the page shows it and its view did not (the queue counts it itself).
+        "pending_approvals": _Once(lambda: pending_approvals_count(user)),
         "is_reviewer": may_decide(user),
     }
+
+
+class _Once:
+    """A value computed when a template first asks for it, then kept for the page."""
+
+    def __init__(self, compute: Callable[[], int]) -> None:
+        self._compute = compute
+        self._value: int | None = None
+
+    def __call__(self) -> int:
+        if self._value is None:
+            self._value = self._compute()
+        return self._value

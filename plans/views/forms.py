@@ -52,6 +52,12 @@ class RoundDecisionForm(VerdictForm):
             for name, value in data.items()
             if name.startswith("args-")
         }
+        # The hash of the arguments each card showed: the decision is bound to them.
+        self.seen_by_text = {
+            name.removeprefix("seen-"): value
+            for name, value in data.items()
+            if name.startswith("seen-")
+        }
 
     def clean_group(self) -> tuple[int, int]:
         run_text, _, round_text = self.cleaned_data["group"].partition("-")
@@ -63,6 +69,10 @@ class RoundDecisionForm(VerdictForm):
     def draft_for(self, approval_id: int) -> str | None:
         """What the reviewer left in the step's argument box, if the form carried one."""
         return self.drafts_by_text.get(str(approval_id))
+
+    def seen_for(self, approval_id: int) -> str | None:
+        """The args_sha256 the step's card showed (None: the form did not say)."""
+        return self.seen_by_text.get(str(approval_id))
 
 
 class PlanDecisionForm(VerdictForm):

@@ -12,6 +12,7 @@ from plans.services.refusals import Refused
 REFUSAL_STATUS = {
     "signed_out": 403,
     "not_a_reviewer": 403,
+    "not_in_group": 403,
     "not_an_author": 403,
     "reason_required": 422,
     "goal_invalid": 422,

@@ -38,6 +38,8 @@ PASSWORDS = {
     "author": "author-demo-pass",
     "author2": "author2-demo-pass",
     "reviewer": "reviewer-demo-pass",
+    "reviewer2": "reviewer2-demo-pass",
+    "finance": "finance-demo-pass",
     "operator": "operator-demo-pass",
 }
 
@@ -72,7 +74,18 @@ SERVER_ENV = pytest.StashKey[dict]()
 @pytest.fixture(scope="session")
 def daphne_server(tmp_path_factory, request):
     """`manage.py serve` on a free port with its own var dir, until it answers; then stopped."""
-    var_dir = tmp_path_factory.mktemp("agentsite-var")
+    site = served(tmp_path_factory.mktemp("agentsite-var"))
+    url, env, log_path = next(site)
+    request.config.stash[SERVER_ENV] = env
+    request.config.stash[SERVER_LOG] = log_path
+    yield url
+    next(site, None)
+
+
+def served(var_dir: Path, **extra_env: str):
+    """Start `manage.py serve` (extra_env on top of the tests' own); yields (url, env, log path)
+    once it answers, and stops it when resumed. A module with settings of its own (approval
+    rules) serves its own site: the shared one keeps the defaults."""
     port = _free_port()
     env = {
         key: value
@@ -90,8 +103,8 @@ def daphne_server(tmp_path_factory, request):
         # Real MCP servers (test_browser_mcp_approval, test_browser_mcp_servers), started in the
         # background when the server process starts.
         AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
+        **extra_env,
     )
-    request.config.stash[SERVER_ENV] = env
     log_path = var_dir / "server.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
@@ -101,7 +114,6 @@ def daphne_server(tmp_path_factory, request):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    request.config.stash[SERVER_LOG] = log_path
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
     while not _answers(f"{url}/accounts/login/"):
@@ -109,7 +121,7 @@ def daphne_server(tmp_path_factory, request):
             server.kill()
             pytest.fail(f"the server did not start:\n{log_path.read_text()[-4000:]}")
         time.sleep(0.2)
-    yield url
+    yield url, env, log_path
     server.terminate()
     try:
         server.wait(timeout=10)
@@ -119,14 +131,20 @@ def daphne_server(tmp_path_factory, request):
 
 
 @pytest.fixture
-def manage(daphne_server, request):
+def server_env(daphne_server, request):
+    """The environment the live server runs with (and manage.py against it)."""
+    return request.config.stash[SERVER_ENV]
+
+
+@pytest.fixture
+def manage(server_env):
     """manage("run_goal", ...) runs a management command against the live server's database."""
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(  # noqa: S603 - our own interpreter and manage.py
             [sys.executable, "manage.py", *args],
             cwd=ROOT,
-            env={**request.config.stash[SERVER_ENV], **env},
+            env={**server_env, **env},
             capture_output=True,
             text=True,
             timeout=EVENTUALLY_MS / 1000,

@@ -36,7 +36,10 @@ def test_the_submitter_who_reviews_gets_disabled_buttons_and_the_reason(
     ends_runs(run_id)
     expect(page.locator("#run-status")).to_have_text("awaiting approval")
 
+    # Not in their own queue ("Mine"): among all they may see, read-only.
     page.goto(f"{daphne_server}/approvals/")
+    expect(page.locator("#inbox-list")).not_to_contain_text(REFUND_GOAL)
+    page.goto(f"{daphne_server}/approvals/?scope=all")
     group = page.locator(f"#group-{run_id}-2")
     expect(group).to_contain_text("issue_refund")
     expect(group.get_by_role("button", name="Approve", exact=True)).to_be_disabled()

@@ -1,4 +1,4 @@
-"""manage.py serve refuses settings it cannot honour before it starts anything."""
+"""manage.py serve refuses settings it cannot honour before it starts anything; its demo users."""
 
 import os
 import socket
@@ -8,6 +8,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 
 
@@ -47,3 +48,21 @@ def test_a_port_already_taken_ends_serve_with_an_error_not_a_success(tmp_path):
 
     assert result.returncode != 0
     assert f"could not listen on 127.0.0.1:{port}" in result.stderr
+
+
+@pytest.mark.django_db
+def test_the_demo_users_include_a_second_reviewer_and_finance_which_may_decide():
+    from django.contrib.auth.models import User
+
+    from plans.management.commands.serve import Command
+    from plans.roles import may_decide, roles_ensure
+
+    roles_ensure()
+    Command(stdout=StringIO())._ensure_demo_users()
+
+    finance = User.objects.get(username="finance")
+    assert set(finance.groups.values_list("name", flat=True)) == {"reviewers", "finance"}
+    assert may_decide(User.objects.get(username="reviewer2"))
+    assert set(
+        Group.objects.get(name="finance").permissions.values_list("codename", flat=True)
+    ) == {"decide_approval", "view_all_runs"}

@@ -1,10 +1,12 @@
 """The approvals inbox: what waits, deciding in place, edits, refusals, and the nav badge."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import escape
 
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL, TRIP_GOAL
@@ -39,6 +41,8 @@ def decide(client, approvals, decision, reason="", **edits):
         "approval": [a.pk for a in approvals],
         "decision": decision,
         "reason": reason,
+        # The hash of the arguments each card showed, as the form carries it.
+        **{f"seen-{a.pk}": a.args_sha256 for a in approvals},
     }
     data.update(edits)
     return client.post(reverse("plans:decide"), data, headers=HTMX)
@@ -79,14 +83,19 @@ def test_a_rounds_destructive_steps_are_decided_with_one_form(client, author, re
     assert f'id="group-{run.pk}-3"' in page
 
 
-def test_newest_requests_come_first(client, author, reviewer):
+def test_the_requests_that_fall_due_first_come_first(client, author, reviewer, settings):
     older = parked_run(author, REFUND_GOAL)
     newer = parked_run(author, TRIP_GOAL)
     client.force_login(reviewer)
 
     page = client.get(reverse("plans:inbox")).content.decode()
+    assert page.index(f'id="group-{older.pk}-') < page.index(f'id="group-{newer.pk}-')
 
+    # A rule's shorter time limit puts the newer one first.
+    Approval.objects.filter(run=newer).update(expires_at=timezone.now() + timedelta(minutes=5))
+    page = client.get(reverse("plans:inbox")).content.decode()
     assert page.index(f'id="group-{newer.pk}-') < page.index(f'id="group-{older.pk}-')
+    assert "expires in 4\xa0minutes" in page  # timeuntil joins with a no-break space
 
 
 def test_approving_the_round_together_lets_the_run_finish(client, author, reviewer):
@@ -292,10 +301,12 @@ def test_the_goals_author_cannot_approve_it_under_four_eyes(client, reviewer):
     approval = Approval.objects.get(run=run)
     client.force_login(reviewer)
 
-    page = client.get(reverse("plans:inbox")).content.decode()
+    mine = client.get(reverse("plans:inbox")).content.decode()
+    page = client.get(reverse("plans:inbox"), {"scope": "all"}).content.decode()
     response = decide(client, [approval], "approve")
 
     approval.refresh_from_db()
+    assert f'id="group-{run.pk}-' not in mine  # not in their queue: they may not decide it
     assert "under the four-eyes rule another reviewer must decide it" in page
     # Request changes, Reject and Approve alike
     assert page.count(f'disabled aria-describedby="four-eyes-{run.pk}-') == 3
@@ -331,7 +342,12 @@ def test_without_javascript_a_decision_redirects_back_with_its_outcome(client, a
     approval = Approval.objects.get(run=run)
     response = client.post(
         reverse("plans:decide"),
-        {"group": f"{run.pk}-2", "approval": approval.pk, "decision": "approve"},
+        {
+            "group": f"{run.pk}-2",
+            "approval": approval.pk,
+            "decision": "approve",
+            f"seen-{approval.pk}": approval.args_sha256,
+        },
         follow=True,
     )
 
@@ -433,17 +449,19 @@ def test_counts_stop_at_the_cap_and_say_so(client, author, reviewer, monkeypatch
 
     assert badge.startswith('<span id="pending-count" class="badge" data-count="4"')
     assert ">3+</span>" in badge
-    assert "The newest 1 of at least 3 runs waiting (more than 3 steps)." in page
-    assert 'href="/approvals/?runs=2"' in page
+    # The first four requests counted, soonest due first, are the two trips' (two each).
+    assert "The 1 soonest due of at least 2 runs waiting (more than 3 steps)." in page
+    assert 'href="/approvals/?scope=mine&amp;runs=2"' in page
 
 
-def test_authors_get_no_badge_socket(client, author):
+def test_authors_get_a_badge_for_the_questions_they_are_asked(client, author):
     parked_run(author, TRIP_GOAL)
     client.force_login(author)
 
     page = client.get(reverse("plans:new_goal")).content.decode()
 
-    assert "/ws/approvals/" not in page
+    assert 'ws-connect="/ws/approvals/"' in page
+    assert 'class="badge badge-empty" data-count="0"' in page  # their steps wait for others
 
 
 def test_a_price_run_never_reaches_the_inbox(client, author, reviewer):
@@ -485,7 +503,7 @@ def test_only_steps_of_the_named_round_are_decided(client, author, reviewer):
     assert refund_approval.decision == Approval.Decision.PENDING
 
 
-def test_the_inbox_shows_the_newest_runs_whole_and_the_rest_on_demand(
+def test_the_inbox_shows_the_soonest_due_runs_whole_and_the_rest_on_demand(
     client, author, reviewer, monkeypatch
 ):
     monkeypatch.setattr("plans.views.approvals.INBOX_RUNS", 2)
@@ -496,10 +514,10 @@ def test_the_inbox_shows_the_newest_runs_whole_and_the_rest_on_demand(
     more = client.get(reverse("plans:inbox"), {"runs": 4}).content.decode()
 
     shown = [run for run in runs if f'id="group-{run.pk}-' in first]
-    assert shown == runs[1:]  # the two that asked last, each with all its requests
+    assert shown == runs[:2]  # the two that asked first (due first), each with all its requests
     waiting = Approval.objects.filter(decision="pending").count()
-    assert f"The newest 2 of 3 runs waiting ({waiting} steps in all)" in first
-    assert 'href="/approvals/?runs=4"' in first
+    assert f"The 2 soonest due of 3 runs waiting ({waiting} steps in all)" in first
+    assert 'href="/approvals/?scope=mine&amp;runs=4"' in first
     assert all(f'id="group-{run.pk}-' in more for run in runs)
     assert "Show more" not in more
     trip = runs[1]

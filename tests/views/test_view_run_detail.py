@@ -61,7 +61,7 @@ def test_it_shows_the_plan_graph_steps_answer_and_totals_of_a_finished_run(clien
     assert "Planner&#x27;s raw output" in page or "Planner's raw output" in page
     assert reverse("plans:run_audit", args=[run.pk]) in page
     assert "Cancel run" not in page  # the run is over
-    assert 'ws-connect="' not in page  # nothing more will happen
+    assert 'ws-connect="/ws/runs/' not in page  # nothing more will happen (the badge's stays)
 
 
 def test_a_live_run_opens_a_socket_that_asks_for_events_after_those_shown(client, author):

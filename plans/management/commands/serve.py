@@ -16,13 +16,19 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from plans.roles import roles_ensure
+from plans.roles import roles_ensure, roles_ensure_group
 
+# The demo shop's own group of deciders, made like reviewers.
+DEMO_GROUP = "finance"
 DEMO_USERS = {
     # username: (password, groups)
     "author": ("author-demo-pass", ["authors"]),
     "author2": ("author2-demo-pass", ["authors"]),
     "reviewer": ("reviewer-demo-pass", ["reviewers"]),
+    # A second reviewer for the two-person rule, and finance (the demo shop's rules route
+    # refunds of undelivered orders there: plans.demo.approval_rules).
+    "reviewer2": ("reviewer2-demo-pass", ["reviewers"]),
+    "finance": ("finance-demo-pass", ["reviewers", "finance"]),
     "operator": ("operator-demo-pass", ["operators"]),
 }
 
@@ -112,6 +118,7 @@ class Command(BaseCommand):
         from django.contrib.auth.models import Group
 
         users = get_user_model().objects
+        roles_ensure_group(DEMO_GROUP, like="reviewers")
         self.stdout.write("Demo users (username / password):")
         for username, (password, groups) in DEMO_USERS.items():
             user, created = users.get_or_create(username=username)

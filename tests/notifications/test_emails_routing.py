@@ -1,0 +1,68 @@
+"""Who a waiting round's e-mail goes to when an approval rule routed its requests."""
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+
+from plans.models import Approval
+from plans.notifications.emails import approval_round_email
+from plans.runtime.advance import advance_run
+from plans.services.runs import run_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def team(django_user_model):
+    decide = Permission.objects.get(codename="decide_approval")
+    finance = Group.objects.create(name="finance")
+    people = {}
+    for name, groups in (("bob", []), ("fiona", [finance])):
+        user = django_user_model.objects.create_user(name, email=f"{name}@example.com")
+        user.user_permissions.add(decide)
+        user.groups.add(*groups)
+        people[name] = user
+    return people
+
+
+def refund(author, order_id):
+    args = {"order_id": order_id, "amount_inr": 500, "reason": "r"}
+    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
+    run = run_create(author=author, goal_text="refund", plan_data=plan)
+    advance_run(run.pk)
+    return Approval.objects.get(run=run)
+
+
+def test_a_request_routed_to_finance_is_emailed_to_finance_members_only(author, team, settings):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
+    approval = refund(author, "A-1004")  # not delivered: routed to finance
+
+    email = approval_round_email(approval.run_id, approval.step.round)
+
+    assert email is not None and email.recipients == ["fiona@example.com"]
+
+
+def test_a_request_anyone_may_decide_is_emailed_to_every_reviewer(author, team):
+    approval = refund(author, "A-1004")  # no rules
+
+    email = approval_round_email(approval.run_id, approval.step.round)
+
+    assert email is not None
+    assert sorted(email.recipients) == ["bob@example.com", "fiona@example.com"]
+
+
+def test_the_email_says_the_rule_and_how_many_approvals_it_has(author, team, settings):
+    from plans.services.approvals import approval_decide
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
+    args = {"order_id": "A-1002", "amount_inr": 60000, "reason": "r"}
+    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
+    run = run_create(author=author, goal_text="refund", plan_data=plan)
+    advance_run(run.pk)
+    approval = Approval.objects.get(run=run)
+    approval_decide(approval=approval, reviewer=team["bob"], approve=True)
+
+    email = approval_round_email(run.pk, approval.step.round)
+
+    assert email is not None
+    assert "rule large_refund_needs_two_reviewers · 1 of 2 approvals" in email.text
+    assert "1 of 2 approvals" in email.html
