@@ -342,6 +342,10 @@ AGENTSITE_REDACTION_PATTERNS = env_list("AGENTSITE_REDACTION_PATTERNS", [])
 AGENTSITE_FOUR_EYES = env_bool("AGENTSITE_FOUR_EYES", True)
 # A destructive step's approval request left undecided this long blocks the step.
 AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72 * 3600)))
+# How long an e-mail's approve/reject links stay usable (each also dies with its request).
+AGENTSITE_DECISION_LINK_TTL_S = float(
+    os.environ.get("AGENTSITE_DECISION_LINK_TTL", str(AGENTSITE_APPROVAL_TTL_S))
+)
 
 # --- The API and notifications ---------------------------------------------------------
 

@@ -368,6 +368,7 @@ class Approval(models.Model):
         API = "api"
         CLI = "cli", "command line"
         TTL = "ttl", "time limit"
+        EMAIL = "email", "e-mail link"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="approvals")
@@ -417,6 +418,29 @@ class Approval(models.Model):
             and self.tool == tool
             and args_match_sha256(self.args_sha256, tool, args)
         )
+
+
+class DecisionLinkUse(models.Model):
+    """The one use of a reviewer's e-mail decision links for an approval's arguments: the
+    unique key makes a second use (a reload, a race, the other link) fail to insert."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="link_uses")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    args_sha256 = models.CharField(max_length=64)
+    decision = models.CharField(max_length=10, choices=Approval.Decision)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "reviewer", "args_sha256"], name="decision_link_used_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_id} {self.decision} approval {self.approval_id} by e-mail"
 
 
 class HumanQuestion(models.Model):

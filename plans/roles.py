@@ -46,9 +46,9 @@ def may_decide(user) -> bool:
     return bool(user is not None and user.is_authenticated and user.has_perm(DECIDE))
 
 
-# Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.
-# The CLI is the operator's own shell and the TTL is the clock.
-PEOPLES_CHANNELS = frozenset({"web", "api"})
+# Decisions made by a signed-in person (the pages, the API, an e-mail's link): permission and
+# four-eyes apply. The CLI is the operator's own shell and the TTL is the clock.
+PEOPLES_CHANNELS = frozenset({"web", "api", "email"})
 
 
 def four_eyes_forbids(*, run: Run, reviewer: User | None, via: str) -> bool:

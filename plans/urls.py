@@ -1,6 +1,17 @@
 from django.urls import path
 
-from plans.views import account, approvals, costs, evals, forks, goals, questions, runs, webhooks
+from plans.views import (
+    account,
+    approvals,
+    costs,
+    email_decisions,
+    evals,
+    forks,
+    goals,
+    questions,
+    runs,
+    webhooks,
+)
 
 app_name = "plans"
 urlpatterns = [
@@ -21,6 +32,7 @@ urlpatterns = [
     path("approvals/decide/", approvals.decide, name="decide"),
     path("questions/<int:question_id>/answer/", questions.answer, name="question_answer"),
     path("approvals/count/", approvals.pending_count, name="pending_count"),
+    path("approvals/by-email/<str:token>/", email_decisions.email_decision, name="email_decision"),
     path("costs/", costs.costs, name="costs"),
     path("evals/", evals.evals, name="evals"),
     path("settings/", account.settings_page, name="settings"),

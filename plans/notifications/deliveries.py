@@ -109,25 +109,21 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
     if event_type == "approval.requested":
         plan_version = run.plans.filter(is_valid=True).order_by("-version").values("version")[:1]
         version = plan_version[0]["version"] if plan_version else 0
-        return [
-            _email_row(
-                run,
-                event_type,
-                {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
-                dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}",
-                due=later,
-            )
-        ]
+        return _per_reviewer(
+            run,
+            event_type,
+            {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
+            dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}",
+            due=later,
+        )
     if event_type == "plan.approval_requested":
-        return [
-            _email_row(
-                run,
-                event_type,
-                {"email": "plan_waiting", "run": run.pk, "version": payload.get("version")},
-                dedupe=f"plan-waiting:{run.pk}:v{payload.get('version')}",
-                due=now,
-            )
-        ]
+        return _per_reviewer(
+            run,
+            event_type,
+            {"email": "plan_waiting", "run": run.pk, "version": payload.get("version")},
+            dedupe=f"plan-waiting:{run.pk}:v{payload.get('version')}",
+            due=now,
+        )
     if (
         event_type == "run.finished"
         and payload.get("status") in FINISHED_EMAIL_STATUSES
@@ -146,6 +142,19 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
             )
         ]
     return []
+
+
+def _per_reviewer(
+    run: Run, event_type: str, payload: dict[str, Any], *, dedupe: str, due: datetime
+) -> list[Delivery]:
+    """One email per reviewer, to them alone: nobody sees who else was asked, and each carries
+    links signed for its reader."""
+    return [
+        _email_row(
+            run, event_type, {**payload, "user": user.pk}, dedupe=f"{dedupe}:u{user.pk}", due=due
+        )
+        for user in emails.deciders(run)
+    ]
 
 
 def _email_row(
@@ -243,10 +252,12 @@ def _attempt_webhook(delivery: Delivery) -> tuple[int | None, int | None, str, b
 def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, bool]:
     payload = delivery.payload
     kind = payload.get("email")
+    if kind in ("approval_round", "plan_waiting") and "user" not in payload:
+        return _split_per_reviewer(delivery)
     if kind == "approval_round":
-        email = emails.approval_round_email(payload["run"], payload["round"])
+        email = emails.approval_round_email(payload["run"], payload["round"], payload["user"])
     elif kind == "plan_waiting":
-        email = emails.plan_waiting_email(payload["run"], payload["version"])
+        email = emails.plan_waiting_email(payload["run"], payload["version"], payload["user"])
     elif kind == "run_finished":
         email = emails.run_finished_email(payload["run"])
     else:
@@ -256,6 +267,31 @@ def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, boo
     Delivery.objects.filter(pk=delivery.pk).update(recipients=email.recipients)
     delivery.recipients = email.recipients
     return send_email(email)
+
+
+def _split_per_reviewer(delivery: Delivery) -> tuple[int | None, int | None, str, bool]:
+    """A reviewers' email queued before they went one per reviewer: split into those, due now
+    (this row is then skipped, naming who they went to)."""
+    run = _run_with_author(delivery.payload["run"])
+    if run is None:
+        return None, None, "", True
+    rows = _per_reviewer(
+        run,
+        delivery.event_type,
+        delivery.payload,
+        dedupe=delivery.dedupe_key or f"split:{delivery.pk}",
+        due=timezone.now(),
+    )
+    for row in rows:
+        try:
+            with transaction.atomic():
+                row.save()
+        except IntegrityError:
+            continue
+    recipients = [user.email for user in emails.deciders(run)]
+    Delivery.objects.filter(pk=delivery.pk).update(recipients=recipients)
+    delivery.recipients = recipients
+    return None, None, "", True
 
 
 def send_email(email: emails.Email) -> tuple[int | None, int | None, str, bool]:

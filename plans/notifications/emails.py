@@ -1,5 +1,6 @@
-"""What the notification emails say and to whom: reviewers when a decision waits, authors when
-their run ends. Rendered when sent, so an email shows the round as it is then."""
+"""What the notification emails say and to whom: reviewers when a decision waits (each their
+own email, with their own signed decision links), authors when their run ends. Rendered when
+sent, so an email shows the round as it is then."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
 from plans.roles import DECIDE, four_eyes_forbids
 from plans.selectors.approvals import approvals_waiting
+from plans.services.decision_links import decision_link_token
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -50,18 +52,34 @@ def deciders(run: Run, *, wants: str = Prefs.EACH_ROUND) -> QuerySet[Any]:
     return users.filter(chosen).exclude(email="").distinct().order_by("pk")
 
 
-def approval_round_email(run_id: int, round_no: int) -> Email | None:
-    """The steps of one run round still waiting, for everyone who may decide them."""
+def decider(run: Run, user_id: int, *, wants: str = Prefs.EACH_ROUND) -> User | None:
+    """The one person, if they (still) may decide this run's approvals and want these emails."""
+    return deciders(run, wants=wants).filter(pk=user_id).first()
+
+
+def decision_links(approval: Approval, reviewer: User) -> dict[str, str]:
+    """This reviewer's own signed approve and reject links for the approval as it is now."""
+    return {
+        f"{choice}_url": absolute(
+            reverse(
+                "plans:email_decision",
+                args=[decision_link_token(approval=approval, reviewer=reviewer, choice=choice)],
+            )
+        )
+        for choice in ("approve", "reject")
+    }
+
+
+def approval_round_email(run_id: int, round_no: int, user_id: int) -> Email | None:
+    """The steps of one run round still waiting, for one reviewer, with their own links."""
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     waiting = list(
         Approval.objects.filter(
             run=run, step__round=round_no, decision=Approval.Decision.PENDING
         ).select_related("step")
     )
-    if not waiting:
-        return None
-    recipients = [user.email for user in deciders(run)]
-    if not recipients:
+    reviewer = decider(run, user_id)
+    if not waiting or reviewer is None:
         return None
     context = {
         "run": run,
@@ -69,26 +87,32 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
         "author": run.goal.author.get_username(),
         "round": round_no,
         "steps": [
-            {"step": a.step.step_id, "tool": a.tool, "args": _pretty(redact(a.args))}
+            {
+                "step": a.step.step_id,
+                "tool": a.tool,
+                "args": _pretty(redact(a.args)),
+                **decision_links(a, reviewer),
+            }
             for a in sorted(waiting, key=lambda a: a.step.step_id)
         ],
         "inbox_url": absolute(reverse("plans:inbox")) + f"#group-{run.pk}-{round_no}",
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
+        "link_hours": settings.AGENTSITE_DECISION_LINK_TTL_S / 3600,
     }
     count = len(waiting)
     subject = (
         f"Run {run.pk}: {count} step{'s' if count > 1 else ''} "
         f"({', '.join(sorted({a.tool for a in waiting}))}) wait for your decision"
     )
-    return _email(recipients, subject, "approval_round", context)
+    return _email([reviewer.email], subject, "approval_round", context)
 
 
-def plan_waiting_email(run_id: int, version: int) -> Email | None:
+def plan_waiting_email(run_id: int, version: int, user_id: int) -> Email | None:
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     if run.status != Run.Status.AWAITING_PLAN_APPROVAL:
         return None
-    recipients = [user.email for user in deciders(run)]
-    if not recipients:
+    reviewer = decider(run, user_id)
+    if reviewer is None:
         return None
     context = {
         "run": run,
@@ -98,7 +122,7 @@ def plan_waiting_email(run_id: int, version: int) -> Email | None:
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
     }
     subject = f"Run {run.pk}: plan v{version} waits for your decision"
-    return _email(recipients, subject, "plan_waiting", context)
+    return _email([reviewer.email], subject, "plan_waiting", context)
 
 
 def run_finished_email(run_id: int) -> Email | None:
@@ -134,10 +158,12 @@ def digest_email(user: User) -> Email | None:
                 "step": a.step.step_id,
                 "tool": a.tool,
                 "args": _pretty(redact(a.args)),
+                **decision_links(a, user),
             }
             for a in waiting
         ],
         "inbox_url": absolute(reverse("plans:inbox")),
+        "link_hours": settings.AGENTSITE_DECISION_LINK_TTL_S / 3600,
     }
     subject = f"{len(waiting)} step{'s' if len(waiting) > 1 else ''} wait for your decision"
     return _email([user.email], subject, "digest", context)

@@ -153,3 +153,45 @@ def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_serve
     [sent] = delivered(smtp_server, 1)
     assert sent["envelope_to"] == ["bob@example.com"]
     assert sent["message"]["Subject"] == f"Run {run.pk}: plan v1 waits for your decision"
+
+
+def test_each_reviewer_gets_an_email_of_their_own_with_links_signed_for_them(
+    people, smtp_server, django_user_model, client
+):
+    import re
+
+    from plans.models import Approval
+    from plans.services.decision_links import decision_link_read
+
+    carol = django_user_model.objects.create_user("carol2", email="carol@example.com")
+    carol.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    run = run_create(
+        author=people["author"],
+        goal_text=HOSTILE_GOAL,
+        plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
+    )
+    advance_run(run.pk)
+
+    sent = delivered(smtp_server, 2)
+    assert sorted(m["envelope_to"] for m in sent) == [["bob@example.com"], ["carol@example.com"]]
+    approvals = {a.step.step_id: a for a in Approval.objects.filter(run=run).select_related("step")}
+    for message in sent:
+        address = message["envelope_to"][0]
+        assert message["message"]["To"] == address  # nobody sees who else was asked
+        assert "Cc" not in message["message"] and "Bcc" not in message["message"]
+        text = message["message"].get_body(("plain",)).get_content()
+        links = re.findall(r"(Approve|Reject): \S+/approvals/by-email/([^/\s]+)/", text)
+        assert [choice for choice, _ in links] == ["Approve", "Reject", "Approve", "Reject"]
+        reader = django_user_model.objects.get(email=address)
+        read = [decision_link_read(token) for _, token in links]
+        assert {link.reviewer_id for link in read} == {reader.pk}
+        assert [(link.approval_id, link.choice) for link in read] == [
+            (approvals[2].pk, "approve"),
+            (approvals[2].pk, "reject"),
+            (approvals[3].pk, "approve"),
+            (approvals[3].pk, "reject"),
+        ]
+        by_id = {a.pk: a for a in approvals.values()}
+        assert all(link.args_sha256 == by_id[link.approval_id].args_sha256 for link in read)
+    rows = Delivery.objects.filter(channel="email").order_by("pk")
+    assert [row.recipients for row in rows] == [["bob@example.com"], ["carol@example.com"]]
