@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +33,7 @@ SERVER_START_S = 90
 EVENTUALLY_MS = 30_000
 
 # The browser logs every 4xx; these statuses carry a message the page shows in place.
-REFUSAL_LOGGED = re.compile(r"Failed to load resource: .* status of 4(03|09|22)\b")
+REFUSAL_LOGGED = re.compile(r"Failed to load resource: .* status of 4(03|09|10|22)\b")
 
 PASSWORDS = {
     "author": "author-demo-pass",
@@ -69,9 +70,54 @@ SERVER_LOG = pytest.StashKey[Path]()
 SERVER_ENV = pytest.StashKey[dict]()
 
 
+class MailSink:
+    """What the server's mail reached: a real SMTP server (aiosmtpd) on loopback."""
+
+    def __init__(self) -> None:
+        self.messages: list = []
+        self.arrived = threading.Condition()
+
+    def wait_for(self, match, timeout: float = EVENTUALLY_MS / 1000):
+        """The first message match(message) accepts, waiting (woken by each arrival) for it."""
+        with self.arrived:
+            found = self.arrived.wait_for(
+                lambda: next((m for m in self.messages if match(m)), None), timeout
+            )
+        assert found is not None, (
+            f"no such email arrived; got {[m['Subject'] for m in self.messages]}"
+        )
+        return found
+
+
 @pytest.fixture(scope="session")
-def daphne_server(tmp_path_factory, request):
-    """`manage.py serve` on a free port with its own var dir, until it answers; then stopped."""
+def mail_sink():
+    from email import message_from_bytes
+    from email.policy import default
+
+    from aiosmtpd.controller import Controller
+
+    sink = MailSink()
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope) -> str:
+            message = message_from_bytes(envelope.content, policy=default)
+            with sink.arrived:
+                sink.messages.append(message)
+                sink.arrived.notify_all()
+            return "250 OK"
+
+    port = _free_port()
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    sink.port = port
+    yield sink
+    controller.stop()
+
+
+@pytest.fixture(scope="session")
+def daphne_server(tmp_path_factory, request, mail_sink):
+    """`manage.py serve` on a free port with its own var dir, until it answers; then stopped.
+    Its emails go to mail_sink, with links to itself."""
     var_dir = tmp_path_factory.mktemp("agentsite-var")
     port = _free_port()
     env = {
@@ -85,6 +131,9 @@ def daphne_server(tmp_path_factory, request):
         AGENTSITE_TASKS_BACKEND="django_tasks_db.DatabaseBackend",
         DJANGO_SETTINGS_MODULE="tests.browser.strict_csp_settings",
         PYTHONUNBUFFERED="1",
+        AGENTSITE_SMTP_HOST="127.0.0.1",
+        AGENTSITE_SMTP_PORT=str(mail_sink.port),
+        AGENTSITE_BASE_URL=f"http://127.0.0.1:{port}",
         # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
         AGENTSITE_TOOL_MODULES="tests.support_tools",
         # Real MCP servers (test_browser_mcp_approval), started when the registry is read.
