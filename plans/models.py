@@ -854,6 +854,55 @@ class ApprovalRollup(models.Model):
         return f"{self.day}: {self.rejected} of {self.decided} rejected"
 
 
+class ReviewRollup(models.Model):
+    """Approval requests settled on a day, by tool and by the rule that decided or routed them
+    (blank: none, a reviewer from `reviewers`): approved, rejected, expired, and how many of
+    those decisions a rule made with no person."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=100)
+    rule = models.CharField(max_length=200, blank=True, default="", db_default="")
+    approved = models.BigIntegerField(default=0, db_default=0)
+    rejected = models.BigIntegerField(default=0, db_default=0)
+    expired = models.BigIntegerField(default=0, db_default=0)
+    auto = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "tool", "rule"], name="review_rollup_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool} {self.rule or '-'}"
+
+
+class ReviewWaitRollup(models.Model):
+    """People's decisions on a day, by what they count under (a tool, a group of the reviewer,
+    the reviewer) and their wait in whole seconds rounded down to two significant figures: a
+    histogram from which the analytics page reads time to decide, p50 and p95."""
+
+    class Dimension(models.TextChoices):
+        TOOL = "tool"
+        GROUP = "group"
+        REVIEWER = "reviewer"
+
+    day = models.DateField()
+    dimension = models.CharField(max_length=10, choices=Dimension)
+    key = models.CharField(max_length=150, help_text="The tool, the group's name, the user's id.")
+    wait_s = models.BigIntegerField(help_text="The bucket: seconds rounded down to 2 figures.")
+    decisions = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "dimension", "key", "wait_s"], name="review_wait_rollup_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.dimension}={self.key} ~{self.wait_s}s: {self.decisions}"
+
+
 # The integrations' records live with their packages; imported here so the app registers them.
 from plans.api.models import ApiToken, IdempotencyKey  # noqa: E402, F401
 from plans.notifications.models import (  # noqa: E402, F401

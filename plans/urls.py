@@ -9,6 +9,7 @@ from plans.views import (
     forks,
     goals,
     questions,
+    reviews,
     runs,
     webhooks,
 )
@@ -34,6 +35,7 @@ urlpatterns = [
     path("approvals/count/", approvals.pending_count, name="pending_count"),
     path("approvals/by-email/<str:token>/", email_decisions.email_decision, name="email_decision"),
     path("costs/", costs.costs, name="costs"),
+    path("reviews/", reviews.reviews, name="reviews"),
     path("evals/", evals.evals, name="evals"),
     path("settings/", account.settings_page, name="settings"),
     path("settings/tokens/", account.token_create_view, name="token_create"),

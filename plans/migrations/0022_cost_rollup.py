@@ -7,11 +7,8 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Sum the rows already recorded. Uses today's rebuild (set-based SQL over the current
-    models): should those models change, a later migration replaces this step."""
-    from plans.journal.rollup import rollup_rebuild
-
-    rollup_rebuild()
+    """Replaced by 0027_review_analytics_rollup's backfill: today's rebuild also fills tables
+    made after this migration (the rebuild is set-based SQL over the current models)."""
 
 
 class Migration(migrations.Migration):

@@ -10,6 +10,7 @@ two at once, fail, and a refused decision rolls its use back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from django.conf import settings
@@ -58,7 +59,9 @@ def decision_link_token(*, approval: Approval, reviewer: User, choice: Choice) -
 def decision_link_read(token: str) -> DecisionLink:
     """The link a token is, if its signature holds and it is not past its time."""
     try:
-        data = signing.loads(token, salt=SALT, max_age=settings.AGENTSITE_DECISION_LINK_TTL_S)
+        data = signing.loads(
+            token, salt=SALT, max_age=timedelta(seconds=settings.AGENTSITE_DECISION_LINK_TTL_S)
+        )
     except signing.SignatureExpired as expired:
         raise LinkRefused(
             "link_expired",

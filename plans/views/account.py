@@ -120,7 +120,9 @@ def preferences_view(request: SignedInRequest) -> HttpResponse:
     preference = preference_of(request.user)
     form = PreferenceForm(request.POST, instance=preference)
     if not form.is_valid():
-        errors = "; ".join(f"{form[name].label}: {' '.join(e)}" for name, e in form.errors.items())
+        errors = "; ".join(
+            f"{form[name].label}: {' '.join(str(m) for m in e)}" for name, e in form.errors.items()
+        )
         messages.error(request, f"Nothing was saved. {errors}")
         return redirect("plans:settings")
     with transaction.atomic():
