@@ -14,11 +14,20 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.api.conftest import LiveSite
+from tests.api.conftest import LiveSite, start_site
 
 pytestmark = pytest.mark.multiprocess
 
 EXAMPLES_PER_OPERATION = 40
+
+
+@pytest.fixture(scope="module")
+def live_site(tmp_path_factory: pytest.TempPathFactory):
+    """A site of its own, notifications off: the fuzzer registers webhook endpoints at
+    whatever URLs it makes up, and nothing may be sent to them."""
+    yield from start_site(
+        tmp_path_factory.mktemp("agentsite-fuzz"), {"AGENTSITE_NOTIFICATIONS": "0"}
+    )
 
 
 @pytest.fixture(scope="module")
