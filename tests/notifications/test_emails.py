@@ -137,6 +137,8 @@ def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_s
     [digest] = smtp_server.to("dora@example.com")
     assert digest["message"]["Subject"] == "2 steps wait for your decision"
     assert "&lt;script&gt;" in digest["message"].get_body(("html",)).get_content()
+    digest_text = digest["message"].get_body(("plain",)).get_content()
+    assert digest_text.count("/approvals/by-email/") == 4  # approve and reject, for each step
 
 
 def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_server):
