@@ -78,3 +78,9 @@ def test_a_reviewer_approves_from_the_email_and_the_link_then_refuses_reuse_and_
     operator.goto(approve_url)
     expect(operator.get_by_role("alert")).to_contain_text("This link was sent to another reviewer")
     expect(operator.locator("#decision-args")).to_have_count(0)
+
+    # The operator's review analytics count the decision: by tool and by its reviewer.
+    operator.goto(operator.url.split("/approvals/")[0] + "/reviews/?days=1")
+    expect(operator.locator("#decide-reviewer")).to_contain_text("reviewer")
+    expect(operator.locator("#outcomes-tool")).to_contain_text("issue_refund")
+    screenshot(operator, "review_analytics")
