@@ -197,3 +197,42 @@ def test_each_reviewer_gets_an_email_of_their_own_with_links_signed_for_them(
         assert all(link.args_sha256 == by_id[link.approval_id].args_sha256 for link in read)
     rows = Delivery.objects.filter(channel="email").order_by("pk")
     assert [row.recipients for row in rows] == [["bob@example.com"], ["carol@example.com"]]
+
+
+def test_a_reviewers_email_queued_for_all_before_the_upgrade_goes_out_one_per_reviewer(
+    people, smtp_server, settings
+):
+    import uuid
+
+    from django.utils import timezone
+
+    settings.AGENTSITE_NOTIFICATIONS = False  # the old row is made by hand, as it was queued
+    run = run_create(
+        author=people["author"], goal_text="Refund", plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND
+    )
+    advance_run(run.pk)
+    old = Delivery.objects.create(
+        channel="email",
+        event_id=uuid.uuid4(),
+        event_type="approval.requested",
+        run=run,
+        payload={"email": "approval_round", "run": run.pk, "round": 2},
+        dedupe_key=f"approval-round:{run.pk}:v1:r2",
+        next_attempt_at=timezone.now(),
+    )
+    settings.AGENTSITE_NOTIFICATIONS = True
+    from plans.notifications.dispatch import notifier
+
+    notifier.wake()
+
+    [sent] = delivered(smtp_server, 1)
+    assert sent["envelope_to"] == ["bob@example.com"]
+    old.refresh_from_db()
+    assert old.status == "skipped" and old.recipients == ["bob@example.com"]
+    [split] = Delivery.objects.exclude(pk=old.pk)
+    assert split.payload["user"] == people["reviewer"].pk
+    wait_until(
+        lambda: Delivery.objects.filter(pk=split.pk, status="delivered").exists(),
+        timeout=10,
+        what="the split delivery recorded as delivered",
+    )
