@@ -358,6 +358,10 @@ AGENTSITE_APPROVAL_TTL_S = float(os.environ.get("AGENTSITE_APPROVAL_TTL", str(72
 AGENTSITE_APPROVAL_RULE_MODULES = env_list("AGENTSITE_APPROVAL_RULE_MODULES", [])
 # A reviewer's "I'm on it" claim on a request lapses after this long.
 AGENTSITE_APPROVAL_CLAIM_S = float(os.environ.get("AGENTSITE_APPROVAL_CLAIM_S", "1800"))
+# How long an e-mail's approve/reject links stay usable (each also dies with its request).
+AGENTSITE_DECISION_LINK_TTL_S = float(
+    os.environ.get("AGENTSITE_DECISION_LINK_TTL", str(AGENTSITE_APPROVAL_TTL_S))
+)
 
 # --- The API and notifications ---------------------------------------------------------
 

@@ -381,6 +381,7 @@ def page_urls() -> list[tuple[str, str]]:
     urls.append((f"audit ({BIG_RUN_STEPS}-step run {big})", f"/runs/{big}/audit/"))
     urls.append((f"export ({BIG_RUN_STEPS}-step run {big})", f"/runs/{big}/export.json"))
     urls.append(("costs", "/costs/"))
+    urls.append(("review analytics, 30 days", "/reviews/?days=30"))
     return urls
 
 

@@ -383,6 +383,7 @@ class Approval(models.Model):
         CLI = "cli", "command line"
         TTL = "ttl", "time limit"
         RULE = "rule", "approval rule"
+        EMAIL = "email", "e-mail link"
 
     class RuleOutcome(models.TextChoices):
         """What the approval rule that matched the call decided (plans.engine.approval_rules)."""
@@ -543,6 +544,29 @@ class ApprovalVote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer_id} approved {self.approval_id}"
+
+
+class DecisionLinkUse(models.Model):
+    """The one use of a reviewer's e-mail decision links for an approval's arguments: the
+    unique key makes a second use (a reload, a race, the other link) fail to insert."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="link_uses")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    args_sha256 = models.CharField(max_length=64)
+    decision = models.CharField(max_length=10, choices=Approval.Decision)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "reviewer", "args_sha256"], name="decision_link_used_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_id} {self.decision} approval {self.approval_id} by e-mail"
 
 
 class HumanQuestion(models.Model):
@@ -991,6 +1015,55 @@ class ApprovalRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day}: {self.rejected} of {self.decided} rejected"
+
+
+class ReviewRollup(models.Model):
+    """Approval requests settled on a day, by tool and by the rule that decided or routed them
+    (blank: none, a reviewer from `reviewers`): approved, rejected, expired, and how many of
+    those decisions a rule made with no person."""
+
+    day = models.DateField()
+    tool = models.CharField(max_length=100)
+    rule = models.CharField(max_length=200, blank=True, default="", db_default="")
+    approved = models.BigIntegerField(default=0, db_default=0)
+    rejected = models.BigIntegerField(default=0, db_default=0)
+    expired = models.BigIntegerField(default=0, db_default=0)
+    auto = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["day", "tool", "rule"], name="review_rollup_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.tool} {self.rule or '-'}"
+
+
+class ReviewWaitRollup(models.Model):
+    """People's decisions on a day, by what they count under (a tool, a group of the reviewer,
+    the reviewer) and their wait in whole seconds rounded down to two significant figures: a
+    histogram from which the analytics page reads time to decide, p50 and p95."""
+
+    class Dimension(models.TextChoices):
+        TOOL = "tool"
+        GROUP = "group"
+        REVIEWER = "reviewer"
+
+    day = models.DateField()
+    dimension = models.CharField(max_length=10, choices=Dimension)
+    key = models.CharField(max_length=150, help_text="The tool, the group's name, the user's id.")
+    wait_s = models.BigIntegerField(help_text="The bucket: seconds rounded down to 2 figures.")
+    decisions = models.BigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "dimension", "key", "wait_s"], name="review_wait_rollup_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.dimension}={self.key} ~{self.wait_s}s: {self.decisions}"
 
 
 # The integrations' records live with their packages; imported here so the app registers them.

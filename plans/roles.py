@@ -74,9 +74,9 @@ def routing_forbids(*, user, groups: Collection[str]) -> bool:
     return bool(groups) and not (group_names(user) & set(groups))
 
 
-# Decisions made by a signed-in person (the pages, the API): permission and four-eyes apply.
-# The CLI is the operator's own shell and the TTL is the clock.
-PEOPLES_CHANNELS = frozenset({"web", "api"})
+# Decisions made by a signed-in person (the pages, the API, an e-mail's link): permission and
+# four-eyes apply. The CLI is the operator's own shell and the TTL is the clock.
+PEOPLES_CHANNELS = frozenset({"web", "api", "email"})
 
 
 def four_eyes_forbids(*, run: Run, reviewer: User | None, via: str) -> bool:

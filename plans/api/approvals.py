@@ -189,7 +189,8 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
 )
 def claim(request: HttpRequest, approval_id: int, body: ClaimIn) -> dict[str, Any]:
     reviewer: User = request.user  # type: ignore[assignment]
-    approval = approvals_visible(reviewer, [approval_id]).get(approval_id)
+    in_range = 0 < approval_id < 2**63  # a larger id names no row (and overflows SQLite)
+    approval = approvals_visible(reviewer, [approval_id]).get(approval_id) if in_range else None
     if approval is None:
         raise not_found("approval")
     claimed = approval_claim(

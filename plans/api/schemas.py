@@ -12,6 +12,7 @@ from pydantic import ConfigDict, WithJsonSchema, field_validator
 from pydantic.config import JsonDict
 
 from plans.models import Run
+from plans.notifications.catalog import WEBHOOK_EVENTS
 from plans.selectors.runs import RUN_SORTS
 
 if TYPE_CHECKING:  # the literals are built from the model and the selector at run time
@@ -374,3 +375,56 @@ class RunFiltersIn(Schema):
     sort: RunSort = "-date"
     cursor: str | None = Field(None, max_length=500)
     limit: int = Field(50, ge=1, le=200)
+
+
+# --- webhooks -------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    WebhookEvent = str
+else:
+    WebhookEvent = Literal[tuple(WEBHOOK_EVENTS)]
+
+
+class WebhookEndpointIn(Strict):
+    url: str = Field(..., min_length=1, max_length=500, description="http(s); public addresses.")
+    events: list[WebhookEvent] = Field(..., min_length=1, description="The event types wanted.")
+    secret: str = Field("", max_length=200, description="Signs each delivery; empty: generated.")
+    active: bool = True
+    description: str = Field("", max_length=200)
+
+
+class WebhookEndpointPatch(Strict):
+    url: str | None = Field(None, min_length=1, max_length=500)
+    events: list[WebhookEvent] | None = Field(None, min_length=1)
+    secret: str | None = Field(None, min_length=1, max_length=200, description="A new secret.")
+    active: bool | None = None
+    description: str | None = Field(None, max_length=200)
+
+
+class WebhookEndpointOut(Schema):
+    id: int
+    url: str
+    events: list[str]
+    active: bool
+    description: str
+    created_by: str | None
+    created_at: datetime
+
+
+class WebhookEndpointCreatedOut(WebhookEndpointOut):
+    secret: str | None = Field(None, description="Shown in this answer only, when it was set.")
+
+
+class DeliveryOut(Schema):
+    id: int
+    endpoint: int | None
+    event_id: str
+    event_type: str
+    run: int | None
+    status: str
+    attempts: int
+    last_status_code: int | None
+    last_error: str
+    last_latency_ms: int | None
+    created_at: datetime
+    finished_at: datetime | None

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver
 from ninja import NinjaAPI
 
-from plans.api import approvals, runs
+from plans.api import approvals, runs, webhooks
 from plans.api.auth import SessionAuth, TokenAuth
 from plans.api.errors import install_error_handlers
 
@@ -34,6 +34,7 @@ api = NinjaAPI(
 install_error_handlers(api)
 api.add_router("", runs.router)
 api.add_router("", approvals.router)
+api.add_router("", webhooks.router)
 
 
 def _public(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLResolver]:

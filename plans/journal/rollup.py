@@ -18,9 +18,25 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.auth.models import Group
 from django.db import connection, models, transaction
-from django.db.models import Case, Count, DateField, F, Func, Model, Q, QuerySet, Sum, When
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    CharField,
+    Count,
+    DateField,
+    F,
+    Func,
+    Model,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.utils import timezone
 
 from plans.bulk import column_sql
@@ -30,6 +46,8 @@ from plans.models import (
     Goal,
     ModelCall,
     PlannedToolRollup,
+    ReviewRollup,
+    ReviewWaitRollup,
     Run,
     RunRollup,
     SpendRollup,
@@ -42,6 +60,8 @@ from plans.models import (
 # first by every writer of a run), then its tool calls, then its model calls.
 ROLLUPS: tuple[type[Model], ...] = (
     ApprovalRollup,
+    ReviewRollup,
+    ReviewWaitRollup,
     RunRollup,
     TokenRollup,
     PlannedToolRollup,
@@ -50,6 +70,8 @@ ROLLUPS: tuple[type[Model], ...] = (
 )
 _KEYS: dict[type[Model], tuple[str, ...]] = {
     ApprovalRollup: ("day",),
+    ReviewRollup: ("day", "tool", "rule"),
+    ReviewWaitRollup: ("day", "dimension", "key", "wait_s"),
     RunRollup: ("day", "author_id"),
     TokenRollup: ("day", "tokens"),
     PlannedToolRollup: ("day", "tool"),
@@ -123,15 +145,52 @@ def tool_calls_recorded(rows: Iterable[Mapping[str, Any]]) -> None:
         )
 
 
-def approval_decided(approval: Approval) -> None:
-    """Count a reviewer's decision (made once: a decided approval is never decided again)."""
-    assert approval.decided_at is not None
-    rejected = approval.decision == Approval.Decision.REJECTED
+# The via of a decision a rule made with no person (approval policies, issue #24).
+AUTO_VIA = "rule"
+_SETTLED = (Approval.Decision.APPROVED, Approval.Decision.REJECTED, Approval.Decision.EXPIRED)
+
+
+def approval_decided(approval: Approval, *, rule: str = "") -> None:
+    """Count an approval settled: decided by a person or a rule, or expired (settled once: a
+    decided approval is never decided again). `rule`: the rule that decided or routed it."""
+    assert approval.decided_at is not None and approval.decision in _SETTLED
+    day = timezone.localdate(approval.decided_at)
+    decision = approval.decision
+    if decision != Approval.Decision.EXPIRED:
+        rejected = decision == Approval.Decision.REJECTED
+        _add(ApprovalRollup, {"day": day}, {"decided": 1, "rejected": 1 if rejected else 0})
     _add(
-        ApprovalRollup,
-        {"day": timezone.localdate(approval.decided_at)},
-        {"decided": 1, "rejected": 1 if rejected else 0},
+        ReviewRollup,
+        {"day": day, "tool": approval.tool, "rule": rule},
+        {
+            "approved": 1 if decision == Approval.Decision.APPROVED else 0,
+            "rejected": 1 if decision == Approval.Decision.REJECTED else 0,
+            "expired": 1 if decision == Approval.Decision.EXPIRED else 0,
+            "auto": 1 if approval.via == AUTO_VIA else 0,
+        },
     )
+    if decision == Approval.Decision.EXPIRED or approval.reviewer_id is None:
+        return  # no person decided: no time to decide
+    wait = token_bucket(wait_seconds(approval.requested_at, approval.decided_at))
+    Dimension = ReviewWaitRollup.Dimension
+    keys = [
+        (Dimension.TOOL.value, approval.tool),
+        (Dimension.REVIEWER.value, str(approval.reviewer_id)),
+    ]
+    groups = Group.objects.filter(user__id=approval.reviewer_id).values_list("name", flat=True)
+    keys += [(Dimension.GROUP.value, name) for name in groups]
+    for dimension, key in sorted(keys):
+        _add(
+            ReviewWaitRollup,
+            {"day": day, "dimension": dimension, "key": key, "wait_s": wait},
+            {"decisions": 1},
+        )
+
+
+def wait_seconds(requested_at: datetime, decided_at: datetime) -> int:
+    """Whole seconds between two moments, as the rebuild computes them in SQL: the difference
+    of their whole-second timestamps (never below 0)."""
+    return max(0, int(decided_at.timestamp()) - int(requested_at.timestamp()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +448,83 @@ def _sources() -> dict[type[Model], Source]:
             _planned_by_tool(runs),
         ),
         ApprovalRollup: _approval_source(),
+        ReviewRollup: _review_source(),
     }
+
+
+def _review_source() -> Source:
+    decision = Approval.Decision
+    return (
+        {
+            "day": "day",
+            "tool": "tool",
+            "rule": "rule_name",
+            "approved": "n_approved",
+            "rejected": "n_rejected",
+            "expired": "n_expired",
+            "auto": "n_auto",
+        },
+        # The rule is blank until approvals record the rule that decided or routed them.
+        Approval.objects.filter(decision__in=_SETTLED)
+        .annotate(day=_local_day("decided_at"), rule_name=Value(""))
+        .values("day", "tool", "rule_name")
+        .annotate(
+            n_approved=Count("id", filter=Q(decision=decision.APPROVED)),
+            n_rejected=Count("id", filter=Q(decision=decision.REJECTED)),
+            n_expired=Count("id", filter=Q(decision=decision.EXPIRED)),
+            n_auto=Count("id", filter=Q(via=AUTO_VIA) & ~Q(decision=decision.EXPIRED)),
+        )
+        .order_by(),
+    )
+
+
+def _review_wait_sources() -> list[Source]:
+    """People's decisions by tool, by reviewer and by each group of the reviewer (as the groups
+    are now: a rebuild cannot know who was in which group when they decided)."""
+    decided = (
+        Approval.objects.filter(
+            decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED],
+            reviewer__isnull=False,
+        )
+        .exclude(via=AUTO_VIA)
+        .annotate(day=_local_day("decided_at"), wait=_wait_seconds_sql())
+        .annotate(bucket=_token_bucket_sql("wait"))
+    )
+    columns = {"day": "day", "dimension": "dim", "key": "who", "wait_s": "bucket", "decisions": "n"}
+    Dimension = ReviewWaitRollup.Dimension
+    keyed = [
+        (Dimension.TOOL, decided.annotate(who=F("tool"))),
+        (Dimension.REVIEWER, decided.annotate(who=Cast("reviewer_id", CharField()))),
+        (
+            Dimension.GROUP,
+            decided.filter(reviewer__groups__isnull=False).annotate(
+                who=F("reviewer__groups__name")
+            ),
+        ),
+    ]
+    return [
+        (
+            columns,
+            query.annotate(dim=Value(dimension.value))
+            .values("day", "dim", "who", "bucket")
+            .annotate(n=Count("id"))
+            .order_by(),
+        )
+        for dimension, query in keyed
+    ]
+
+
+def _wait_seconds_sql() -> RawSQL:
+    """wait_seconds() in SQL: decided_at's whole-second timestamp minus requested_at's."""
+    quote = connection.ops.quote_name
+    table = quote(Approval._meta.db_table)
+    decided, requested = (f"{table}.{quote(name)}" for name in ("decided_at", "requested_at"))
+    if connection.vendor == "postgresql":
+        epoch, larger = "FLOOR(EXTRACT(EPOCH FROM {}))::bigint", "GREATEST"
+    else:
+        epoch, larger = "CAST(strftime('%%s', {}) AS INTEGER)", "MAX"
+    sql = f"{larger}(0, {epoch.format(decided)} - {epoch.format(requested)})"
+    return RawSQL(sql, [], output_field=BigIntegerField())  # noqa: S611 - no values in it
 
 
 def _spend_source(run_key: dict[str, str], tokens: dict[str, str]) -> Source:
@@ -456,6 +591,8 @@ def rollup_rebuild() -> None:
                 _insert_planned_by_tool(query)
             else:
                 _insert_select(model, columns, query)
+        for columns, query in _review_wait_sources():
+            _insert_select(ReviewWaitRollup, columns, query)
 
 
 def _insert_select(model: type[Model], columns: Mapping[str, str], query: QuerySet[Any]) -> None:

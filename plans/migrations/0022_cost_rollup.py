@@ -7,8 +7,9 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Replaced by 0026's backfill: the rebuild uses today's models, and SpendRollup has
-    gained columns since (a rebuild here would name columns that do not exist yet)."""
+    """Replaced by later backfills (0026's, then 0031_review_analytics_rollup's): the rebuild
+    uses today's models, which have gained columns and tables since (a rebuild here would name
+    columns that do not exist yet)."""
 
 
 class Migration(migrations.Migration):

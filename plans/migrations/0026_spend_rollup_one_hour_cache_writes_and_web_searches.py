@@ -4,12 +4,8 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Sum the rows already recorded, the new columns included. Uses today's rebuild
-    (set-based SQL over the current models): should those models change, a later migration
-    replaces this step (as this one replaced 0022's)."""
-    from plans.journal.rollup import rollup_rebuild
-
-    rollup_rebuild()
+    """Replaced by 0031_review_analytics_rollup's backfill: the rebuild uses today's models,
+    which gained columns and tables after this migration."""
 
 
 class Migration(migrations.Migration):

@@ -118,37 +118,31 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
         version = plan_version[0]["version"] if plan_version else 0
         # A request made again (its target changed) is news even if its round was mailed.
         again = f":stale{payload.get('approval')}" if event_type == "approval.stale" else ""
-        return [
-            _email_row(
-                run,
-                event_type,
-                {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
-                dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}{again}",
-                due=later,
-            )
-        ]
+        return _per_reviewer(
+            run,
+            event_type,
+            {"email": "approval_round", "run": run.pk, "round": payload.get("round")},
+            dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}{again}",
+            due=later,
+        )
     if event_type in ("approval.reminded", "approval.escalated"):
         # Chasing one request: its deciders are reminded, the escalation groups are told.
         kind = "approval_reminder" if event_type == "approval.reminded" else "approval_escalated"
-        return [
-            _email_row(
-                run,
-                event_type,
-                {"email": kind, "run": run.pk, "approval": payload.get("approval")},
-                dedupe=f"{kind}:{payload.get('approval')}",
-                due=now,
-            )
-        ]
+        return _per_reviewer(
+            run,
+            event_type,
+            {"email": kind, "run": run.pk, "approval": payload.get("approval")},
+            dedupe=f"{kind}:{payload.get('approval')}",
+            due=now,
+        )
     if event_type == "plan.approval_requested":
-        return [
-            _email_row(
-                run,
-                event_type,
-                {"email": "plan_waiting", "run": run.pk, "version": payload.get("version")},
-                dedupe=f"plan-waiting:{run.pk}:v{payload.get('version')}",
-                due=now,
-            )
-        ]
+        return _per_reviewer(
+            run,
+            event_type,
+            {"email": "plan_waiting", "run": run.pk, "version": payload.get("version")},
+            dedupe=f"plan-waiting:{run.pk}:v{payload.get('version')}",
+            due=now,
+        )
     if (
         event_type == "run.finished"
         and payload.get("status") in FINISHED_EMAIL_STATUSES
@@ -167,6 +161,19 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
             )
         ]
     return []
+
+
+def _per_reviewer(
+    run: Run, event_type: str, payload: dict[str, Any], *, dedupe: str, due: datetime
+) -> list[Delivery]:
+    """One email per reviewer, to them alone: nobody sees who else was asked, and each carries
+    links signed for its reader."""
+    return [
+        _email_row(
+            run, event_type, {**payload, "user": user.pk}, dedupe=f"{dedupe}:u{user.pk}", due=due
+        )
+        for user in emails.deciders(run)
+    ]
 
 
 def _email_row(
@@ -261,18 +268,26 @@ def _attempt_webhook(delivery: Delivery) -> tuple[int | None, int | None, str, b
     return outcome.status_code, outcome.latency_ms, outcome.error, False
 
 
+# E-mails to reviewers: one each, to them alone, with decision links signed for its reader.
+PER_REVIEWER_EMAILS = frozenset(
+    {"approval_round", "plan_waiting", "approval_reminder", "approval_escalated"}
+)
+
+
 def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, bool]:
     payload = delivery.payload
     kind = payload.get("email")
+    if kind in PER_REVIEWER_EMAILS and "user" not in payload:
+        return _split_per_reviewer(delivery)
     if kind == "approval_round":
-        email = emails.approval_round_email(payload["run"], payload["round"])
+        email = emails.approval_round_email(payload["run"], payload["round"], payload["user"])
     elif kind == "plan_waiting":
-        email = emails.plan_waiting_email(payload["run"], payload["version"])
+        email = emails.plan_waiting_email(payload["run"], payload["version"], payload["user"])
     elif kind == "run_finished":
         email = emails.run_finished_email(payload["run"])
     elif kind in ("approval_reminder", "approval_escalated"):
         email = emails.approval_chase_email(
-            payload["approval"], escalated=kind != "approval_reminder"
+            payload["approval"], escalated=kind != "approval_reminder", user_id=payload["user"]
         )
     else:
         return None, None, f"unknown email {kind!r}", True
@@ -281,6 +296,31 @@ def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, boo
     Delivery.objects.filter(pk=delivery.pk).update(recipients=email.recipients)
     delivery.recipients = email.recipients
     return send_email(email)
+
+
+def _split_per_reviewer(delivery: Delivery) -> tuple[int | None, int | None, str, bool]:
+    """A reviewers' email queued before they went one per reviewer: split into those, due now
+    (this row is then skipped, naming who they went to)."""
+    run = _run_with_author(delivery.payload["run"])
+    if run is None:
+        return None, None, "", True
+    rows = _per_reviewer(
+        run,
+        delivery.event_type,
+        delivery.payload,
+        dedupe=delivery.dedupe_key or f"split:{delivery.pk}",
+        due=timezone.now(),
+    )
+    for row in rows:
+        try:
+            with transaction.atomic():
+                row.save()
+        except IntegrityError:
+            continue
+    recipients = [user.email for user in emails.deciders(run)]
+    Delivery.objects.filter(pk=delivery.pk).update(recipients=recipients)
+    delivery.recipients = recipients
+    return None, None, "", True
 
 
 def send_email(email: emails.Email) -> tuple[int | None, int | None, str, bool]:

@@ -1,5 +1,6 @@
-"""What the notification emails say and to whom: reviewers when a decision waits, authors when
-their run ends. Rendered when sent, so an email shows the round as it is then."""
+"""What the notification emails say and to whom: reviewers when a decision waits (each their
+own email, with their own signed decision links), authors when their run ends. Rendered when
+sent, so an email shows the round as it is then."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from plans.models import Approval, Run
 from plans.notifications.models import NotificationPreference
 from plans.roles import DECIDE, four_eyes_forbids, routing_forbids
 from plans.selectors.approvals import approvals_queue
+from plans.services.decision_links import decision_link_token
 
 Prefs = NotificationPreference.ApprovalEmails
 
@@ -68,21 +70,43 @@ def preview_text(preview: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def approval_round_email(run_id: int, round_no: int) -> Email | None:
-    """The steps of one run round still waiting, for everyone who may decide them."""
+def decider(
+    run: Run,
+    user_id: int,
+    *,
+    wants: str = Prefs.EACH_ROUND,
+    routed_to: Collection[str] | None = None,
+) -> User | None:
+    """The one person, if they (still) may decide this run's approvals and want these emails."""
+    return deciders(run, wants=wants, routed_to=routed_to).filter(pk=user_id).first()
+
+
+def decision_links(approval: Approval, reviewer: User) -> dict[str, str]:
+    """This reviewer's own signed approve and reject links for the approval as it is now."""
+    return {
+        f"{choice}_url": absolute(
+            reverse(
+                "plans:email_decision",
+                args=[decision_link_token(approval=approval, reviewer=reviewer, choice=choice)],
+            )
+        )
+        for choice in ("approve", "reject")
+    }
+
+
+def approval_round_email(run_id: int, round_no: int, user_id: int) -> Email | None:
+    """The steps of one run round still waiting, for one reviewer, with their own links."""
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     waiting = list(
         Approval.objects.filter(
             run=run, step__round=round_no, decision=Approval.Decision.PENDING
         ).select_related("step", "supersedes")
     )
-    if not waiting:
-        return None
     # Requests an approval rule routed go to their groups' members only; one that anyone may
     # decide brings in every reviewer.
     routed = None if any(not a.groups for a in waiting) else {g for a in waiting for g in a.groups}
-    recipients = [user.email for user in deciders(run, routed_to=routed)]
-    if not recipients:
+    reviewer = decider(run, user_id, routed_to=routed)
+    if not waiting or reviewer is None:
         return None
     context = {
         "run": run,
@@ -102,23 +126,25 @@ def approval_round_email(run_id: int, round_no: int) -> Email | None:
                     else []
                 ),
                 "why": approval_why(a),
+                **decision_links(a, reviewer),
             }
             for a in sorted(waiting, key=lambda a: a.step.step_id)
         ],
         "inbox_url": absolute(reverse("plans:inbox")) + f"#group-{run.pk}-{round_no}",
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
+        "link_hours": settings.AGENTSITE_DECISION_LINK_TTL_S / 3600,
     }
     count = len(waiting)
     subject = (
         f"Run {run.pk}: {count} step{'s' if count > 1 else ''} "
         f"({', '.join(sorted({a.tool for a in waiting}))}) wait for your decision"
     )
-    return _email(recipients, subject, "approval_round", context)
+    return _email([reviewer.email], subject, "approval_round", context)
 
 
-def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
-    """A request still undecided: a reminder to those who may decide it, or, escalated, word
-    to the escalation groups' members. None once it is decided."""
+def approval_chase_email(approval_id: int, *, escalated: bool, user_id: int) -> Email | None:
+    """A request still undecided, to one reviewer: a reminder if they may decide it, or,
+    escalated, word to an escalation group's member. None once it is decided."""
     approval = (
         Approval.objects.select_related("run__goal__author", "step").filter(pk=approval_id).first()
     )
@@ -129,8 +155,8 @@ def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
         routed: Collection[str] | None = approval.escalate_to
     else:
         routed = approval.groups or None
-    recipients = [user.email for user in deciders(run, routed_to=routed)]
-    if not recipients:
+    reviewer = decider(run, user_id, routed_to=routed)
+    if reviewer is None:
         return None
     step = approval.step
     context = {
@@ -143,9 +169,12 @@ def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
                 "step": step.step_id,
                 "tool": approval.tool,
                 "args": _pretty(redact(approval.args)),
+                "preview": [redact(line) for line in preview_text(approval.preview)],
                 "why": approval_why(approval),
+                **decision_links(approval, reviewer),
             }
         ],
+        "link_hours": settings.AGENTSITE_DECISION_LINK_TTL_S / 3600,
         "inbox_url": absolute(reverse("plans:inbox")) + f"?scope=all#approval-{approval.pk}",
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
     }
@@ -153,7 +182,7 @@ def approval_chase_email(approval_id: int, *, escalated: bool) -> Email | None:
     subject = f"Run {run.pk}: step {step.step_id} ({approval.tool}) {what}"
     if approval.rule:
         subject += f" (rule {approval.rule})"
-    return _email(recipients, subject, "approval_round", context)
+    return _email([reviewer.email], subject, "approval_round", context)
 
 
 def approval_why(approval: Approval) -> str:
@@ -166,12 +195,12 @@ def approval_why(approval: Approval) -> str:
     return " · ".join(parts)
 
 
-def plan_waiting_email(run_id: int, version: int) -> Email | None:
+def plan_waiting_email(run_id: int, version: int, user_id: int) -> Email | None:
     run = Run.objects.select_related("goal__author").get(pk=run_id)
     if run.status != Run.Status.AWAITING_PLAN_APPROVAL:
         return None
-    recipients = [user.email for user in deciders(run)]
-    if not recipients:
+    reviewer = decider(run, user_id)
+    if reviewer is None:
         return None
     context = {
         "run": run,
@@ -181,7 +210,7 @@ def plan_waiting_email(run_id: int, version: int) -> Email | None:
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
     }
     subject = f"Run {run.pk}: plan v{version} waits for your decision"
-    return _email(recipients, subject, "plan_waiting", context)
+    return _email([reviewer.email], subject, "plan_waiting", context)
 
 
 def run_finished_email(run_id: int) -> Email | None:
@@ -218,10 +247,12 @@ def digest_email(user: User) -> Email | None:
                 "step": a.step.step_id,
                 "tool": a.tool,
                 "args": _pretty(redact(a.args)),
+                **decision_links(a, user),
             }
             for a in waiting
         ],
         "inbox_url": absolute(reverse("plans:inbox")),
+        "link_hours": settings.AGENTSITE_DECISION_LINK_TTL_S / 3600,
     }
     subject = f"{len(waiting)} step{'s' if len(waiting) > 1 else ''} wait for your decision"
     return _email([user.email], subject, "digest", context)

@@ -234,17 +234,25 @@ def _tokens_per_completed_run(first_day: date, runs: int, tokens: int) -> TokenS
         .order_by("tokens")
     )
     buckets = list(histogram.values_list("tokens", "n"))
+    return TokenStats(
+        runs=runs,
+        average=tokens / runs,
+        p50=histogram_percentile(buckets, runs, 0.50),
+        p95=histogram_percentile(buckets, runs, 0.95),
+    )
 
-    def percentile(fraction: float) -> int | None:
-        # Nearest rank: the smallest value with at least `fraction` of the runs at or below it.
-        rank, seen = max(1, math.ceil(fraction * runs)), 0
-        for bucket, count in buckets:
-            seen += count
-            if seen >= rank:
-                return int(bucket)
-        return None  # the histogram holds fewer runs than counted: a rollup to rebuild
 
-    return TokenStats(runs=runs, average=tokens / runs, p50=percentile(0.50), p95=percentile(0.95))
+def histogram_percentile(
+    buckets: Iterable[tuple[int, int]], total: int, fraction: float
+) -> int | None:
+    """Nearest rank over (value, count) buckets in ascending order: the smallest value with at
+    least `fraction` of the total at or below it."""
+    rank, seen = max(1, math.ceil(fraction * total)), 0
+    for bucket, count in buckets:
+        seen += count
+        if seen >= rank:
+            return int(bucket)
+    return None  # the histogram holds fewer than counted: a rollup to rebuild
 
 
 def _usd(value: Decimal | float | None) -> Decimal:

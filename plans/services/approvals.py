@@ -322,6 +322,7 @@ def approvals_expire() -> list[int]:
                 approval.run_id,
                 [decided_event(approval, decided_by="ttl")],
             )
+            approval_decided(approval)  # after the event, which locks the run row first
             if approval.run.status == Run.Status.AWAITING_APPROVAL:
                 run_enqueue(approval.run_id)
             runs.add(approval.run_id)

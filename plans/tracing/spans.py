@@ -36,6 +36,7 @@ from opentelemetry.trace import (
 )
 
 from plans.guards.redaction import redact
+from plans.journal.rollup import wait_seconds
 from plans.models import Approval, ModelCall, Plan, Run, Step
 
 logger = logging.getLogger(__name__)
@@ -354,6 +355,10 @@ class RunTracer:
                 "agentsite.approval.decision": decision,
                 "agentsite.approval.reviewer": reviewer,
                 "agentsite.approval.via": via,
+                # Whole seconds from the request to its settling, as the review analytics count.
+                "agentsite.approval.wait_s": (
+                    wait_seconds(requested_at, decided_at) if decided_at else -1
+                ),
                 "agentsite.step.id": step_id,
                 "gen_ai.tool.name": tool,
             },

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -39,6 +40,15 @@ class TokenForm(forms.Form):
 
 
 class PreferenceForm(forms.ModelForm):
+    # The account's own address (User.email), kept with the choices of what is sent to it.
+    email = forms.EmailField(
+        required=False,
+        max_length=254,
+        label="Your email address",
+        help_text="Left empty: no emails at all. Approval emails go to you alone.",
+    )
+    field_order = ["email", "approval_emails", "run_finished_emails"]
+
     class Meta:
         model = NotificationPreference
         fields = ["approval_emails", "run_finished_emails"]
@@ -59,7 +69,9 @@ def _page(
     context = {
         "tokens": tokens_of(request.user),
         "token_form": token_form or TokenForm(user=request.user),
-        "preference_form": PreferenceForm(instance=preference),
+        "preference_form": PreferenceForm(
+            instance=preference, initial={"email": request.user.email}
+        ),
         "new_token": new_token,
         "now": timezone.now(),
     }
@@ -108,10 +120,16 @@ def preferences_view(request: SignedInRequest) -> HttpResponse:
     preference = preference_of(request.user)
     form = PreferenceForm(request.POST, instance=preference)
     if not form.is_valid():
-        messages.error(request, "Choose one of the offered email settings.")
+        errors = "; ".join(
+            f"{form[name].label}: {' '.join(str(m) for m in e)}" for name, e in form.errors.items()
+        )
+        messages.error(request, f"Nothing was saved. {errors}")
         return redirect("plans:settings")
-    saved = form.save(commit=False)
-    saved.user = request.user
-    saved.save()
+    with transaction.atomic():
+        saved = form.save(commit=False)
+        saved.user = request.user
+        saved.save()
+        request.user.email = form.cleaned_data["email"]
+        request.user.save(update_fields=["email"])
     messages.success(request, "Email settings saved.")
     return redirect("plans:settings")

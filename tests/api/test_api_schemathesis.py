@@ -4,7 +4,8 @@ valid (each must be accepted) and on data it calls invalid (each must be refused
 A few rules are checked against the live registry or the server's own records, which no JSON
 schema can hold: a plan's tools, arguments and graph (422 plan_invalid), an Idempotency-Key
 already used with another body (422 idempotency_key_reused), a cursor this list did not give
-out (422 invalid_cursor) and one approval listed twice (422 listed_twice). Their
+out (422 invalid_cursor), one approval listed twice (422 listed_twice) and a webhook URL
+that does not resolve to public addresses (422 endpoint_invalid). Their
 codes are the only refusals of schema-valid data accepted here, each on its own operation.
 (The pytest plugin does not run under pytest 9, so each operation's strategy is driven here.)
 """
@@ -18,7 +19,7 @@ from schemathesis import GenerationMode
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import RejectedPositiveData
 
-from tests.api.conftest import LiveSite
+from tests.api.conftest import LiveSite, start_site
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,7 +29,18 @@ BEYOND_THE_SCHEMA = {
     "POST /api/v1/runs/": {"plan_invalid", "idempotency_key_reused"},
     "GET /api/v1/runs/": {"invalid_cursor"},
     "POST /api/v1/approvals/decide/": {"listed_twice"},
+    "POST /api/v1/webhooks/endpoints/": {"endpoint_invalid"},
+    "PATCH /api/v1/webhooks/endpoints/{endpoint_id}/": {"endpoint_invalid"},
 }
+
+
+@pytest.fixture(scope="module")
+def live_site(tmp_path_factory: pytest.TempPathFactory):
+    """A site of its own, notifications off: the fuzzer registers webhook endpoints at
+    whatever URLs it makes up, and nothing may be sent to them."""
+    yield from start_site(
+        tmp_path_factory.mktemp("agentsite-fuzz"), {"AGENTSITE_NOTIFICATIONS": "0"}
+    )
 
 
 @pytest.fixture(scope="module")

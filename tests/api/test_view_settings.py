@@ -70,3 +70,34 @@ def test_email_preferences_are_saved(client, signed_in):
 
     preference = NotificationPreference.objects.get(user=signed_in)
     assert preference.approval_emails == "daily" and preference.run_finished_emails is False
+
+
+def test_the_email_address_is_set_with_the_preferences_and_a_bad_one_saves_nothing(
+    client, signed_in
+):
+    page = client.get("/settings/").content.decode()
+    assert 'name="email"' in page
+
+    client.post(
+        "/settings/notifications/",
+        {
+            "email": "alice@example.com",
+            "approval_emails": "each_round",
+            "run_finished_emails": "on",
+        },
+    )
+    signed_in.refresh_from_db()
+    assert signed_in.email == "alice@example.com"
+    assert 'value="alice@example.com"' in client.get("/settings/").content.decode()
+
+    refused = client.post(
+        "/settings/notifications/",
+        {"email": "not an address", "approval_emails": "none", "run_finished_emails": ""},
+        follow=True,
+    )
+    assert "Nothing was saved. Your email address: Enter a valid email address." in (
+        refused.content.decode()
+    )
+    signed_in.refresh_from_db()
+    assert signed_in.email == "alice@example.com"
+    assert NotificationPreference.objects.get(user=signed_in).approval_emails == "each_round"

@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +33,7 @@ SERVER_START_S = 90
 EVENTUALLY_MS = 30_000
 
 # The browser logs every 4xx; these statuses carry a message the page shows in place.
-REFUSAL_LOGGED = re.compile(r"Failed to load resource: .* status of 4(03|09|22)\b")
+REFUSAL_LOGGED = re.compile(r"Failed to load resource: .* status of 4(03|09|10|22)\b")
 
 PASSWORDS = {
     "author": "author-demo-pass",
@@ -71,10 +72,55 @@ SERVER_LOG = pytest.StashKey[Path]()
 SERVER_ENV = pytest.StashKey[dict]()
 
 
+class MailSink:
+    """What the server's mail reached: a real SMTP server (aiosmtpd) on loopback."""
+
+    def __init__(self) -> None:
+        self.messages: list = []
+        self.arrived = threading.Condition()
+
+    def wait_for(self, match, timeout: float = EVENTUALLY_MS / 1000):
+        """The first message match(message) accepts, waiting (woken by each arrival) for it."""
+        with self.arrived:
+            found = self.arrived.wait_for(
+                lambda: next((m for m in self.messages if match(m)), None), timeout
+            )
+        assert found is not None, (
+            f"no such email arrived; got {[m['Subject'] for m in self.messages]}"
+        )
+        return found
+
+
 @pytest.fixture(scope="session")
-def daphne_server(tmp_path_factory, request):
-    """`manage.py serve` on a free port with its own var dir, until it answers; then stopped."""
-    site = served(tmp_path_factory.mktemp("agentsite-var"))
+def mail_sink():
+    from email import message_from_bytes
+    from email.policy import default
+
+    from aiosmtpd.controller import Controller
+
+    sink = MailSink()
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope) -> str:
+            message = message_from_bytes(envelope.content, policy=default)
+            with sink.arrived:
+                sink.messages.append(message)
+                sink.arrived.notify_all()
+            return "250 OK"
+
+    port = _free_port()
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    controller.start()
+    sink.port = port
+    yield sink
+    controller.stop()
+
+
+@pytest.fixture(scope="session")
+def daphne_server(tmp_path_factory, request, mail_sink):
+    """`manage.py serve` on a free port with its own var dir, until it answers; then stopped.
+    Its emails go to mail_sink, with links to itself."""
+    site = served(tmp_path_factory.mktemp("agentsite-var"), mail_port=mail_sink.port)
     url, env, log_path = next(site)
     request.config.stash[SERVER_ENV] = env
     request.config.stash[SERVER_LOG] = log_path
@@ -82,10 +128,11 @@ def daphne_server(tmp_path_factory, request):
     next(site, None)
 
 
-def served(var_dir: Path, **extra_env: str):
-    """Start `manage.py serve` (extra_env on top of the tests' own); yields (url, env, log path)
-    once it answers, and stops it when resumed. A module with settings of its own (approval
-    rules) serves its own site: the shared one keeps the defaults."""
+def served(var_dir: Path, *, mail_port: int | None = None, **extra_env: str):
+    """Start `manage.py serve` (extra_env on top of the tests' own; its mail to mail_port, if
+    given); yields (url, env, log path) once it answers, and stops it when resumed. A module
+    with settings of its own (approval rules) serves its own site: the shared one keeps the
+    defaults."""
     port = _free_port()
     env = {
         key: value
@@ -98,6 +145,7 @@ def served(var_dir: Path, **extra_env: str):
         AGENTSITE_TASKS_BACKEND="django_tasks_db.DatabaseBackend",
         DJANGO_SETTINGS_MODULE="tests.browser.strict_csp_settings",
         PYTHONUNBUFFERED="1",
+        AGENTSITE_BASE_URL=f"http://127.0.0.1:{port}",
         # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
         AGENTSITE_TOOL_MODULES="tests.support_tools",
         # Real MCP servers (test_browser_mcp_approval, test_browser_mcp_servers), started in the
@@ -105,6 +153,8 @@ def served(var_dir: Path, **extra_env: str):
         AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
         **extra_env,
     )
+    if mail_port is not None:
+        env.update(AGENTSITE_SMTP_HOST="127.0.0.1", AGENTSITE_SMTP_PORT=str(mail_port))
     log_path = var_dir / "server.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py

@@ -137,6 +137,8 @@ def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_s
     [digest] = smtp_server.to("dora@example.com")
     assert digest["message"]["Subject"] == "2 steps wait for your decision"
     assert "&lt;script&gt;" in digest["message"].get_body(("html",)).get_content()
+    digest_text = digest["message"].get_body(("plain",)).get_content()
+    assert digest_text.count("/approvals/by-email/") == 4  # approve and reject, for each step
 
 
 def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_server):
@@ -153,3 +155,84 @@ def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_serve
     [sent] = delivered(smtp_server, 1)
     assert sent["envelope_to"] == ["bob@example.com"]
     assert sent["message"]["Subject"] == f"Run {run.pk}: plan v1 waits for your decision"
+
+
+def test_each_reviewer_gets_an_email_of_their_own_with_links_signed_for_them(
+    people, smtp_server, django_user_model, client
+):
+    import re
+
+    from plans.models import Approval
+    from plans.services.decision_links import decision_link_read
+
+    carol = django_user_model.objects.create_user("carol2", email="carol@example.com")
+    carol.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    run = run_create(
+        author=people["author"],
+        goal_text=HOSTILE_GOAL,
+        plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
+    )
+    advance_run(run.pk)
+
+    sent = delivered(smtp_server, 2)
+    assert sorted(m["envelope_to"] for m in sent) == [["bob@example.com"], ["carol@example.com"]]
+    approvals = {a.step.step_id: a for a in Approval.objects.filter(run=run).select_related("step")}
+    for message in sent:
+        address = message["envelope_to"][0]
+        assert message["message"]["To"] == address  # nobody sees who else was asked
+        assert "Cc" not in message["message"] and "Bcc" not in message["message"]
+        text = message["message"].get_body(("plain",)).get_content()
+        links = re.findall(r"(Approve|Reject): \S+/approvals/by-email/([^/\s]+)/", text)
+        assert [choice for choice, _ in links] == ["Approve", "Reject", "Approve", "Reject"]
+        reader = django_user_model.objects.get(email=address)
+        read = [decision_link_read(token) for _, token in links]
+        assert {link.reviewer_id for link in read} == {reader.pk}
+        assert [(link.approval_id, link.choice) for link in read] == [
+            (approvals[2].pk, "approve"),
+            (approvals[2].pk, "reject"),
+            (approvals[3].pk, "approve"),
+            (approvals[3].pk, "reject"),
+        ]
+        by_id = {a.pk: a for a in approvals.values()}
+        assert all(link.args_sha256 == by_id[link.approval_id].args_sha256 for link in read)
+    rows = Delivery.objects.filter(channel="email").order_by("pk")
+    assert [row.recipients for row in rows] == [["bob@example.com"], ["carol@example.com"]]
+
+
+def test_a_reviewers_email_queued_for_all_before_the_upgrade_goes_out_one_per_reviewer(
+    people, smtp_server, settings
+):
+    import uuid
+
+    from django.utils import timezone
+
+    settings.AGENTSITE_NOTIFICATIONS = False  # the old row is made by hand, as it was queued
+    run = run_create(
+        author=people["author"], goal_text="Refund", plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND
+    )
+    advance_run(run.pk)
+    old = Delivery.objects.create(
+        channel="email",
+        event_id=uuid.uuid4(),
+        event_type="approval.requested",
+        run=run,
+        payload={"email": "approval_round", "run": run.pk, "round": 2},
+        dedupe_key=f"approval-round:{run.pk}:v1:r2",
+        next_attempt_at=timezone.now(),
+    )
+    settings.AGENTSITE_NOTIFICATIONS = True
+    from plans.notifications.dispatch import notifier
+
+    notifier.wake()
+
+    [sent] = delivered(smtp_server, 1)
+    assert sent["envelope_to"] == ["bob@example.com"]
+    old.refresh_from_db()
+    assert old.status == "skipped" and old.recipients == ["bob@example.com"]
+    [split] = Delivery.objects.exclude(pk=old.pk)
+    assert split.payload["user"] == people["reviewer"].pk
+    wait_until(
+        lambda: Delivery.objects.filter(pk=split.pk, status="delivered").exists(),
+        timeout=10,
+        what="the split delivery recorded as delivered",
+    )

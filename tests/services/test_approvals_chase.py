@@ -79,6 +79,8 @@ def test_an_escalation_brings_the_request_to_the_escalation_groups_queue(author,
 
 
 def test_reminders_and_escalations_are_webhook_events_and_emails(author, reviewer):
+    reviewer.email = "bob@example.com"  # one e-mail row each reviewer with an address
+    reviewer.save()
     approval = refund(author)
     WebhookEndpoint.objects.create(
         url="https://example.com/hook",

@@ -126,6 +126,25 @@ def test_a_run_that_parks_for_approval_and_resumes_stays_one_trace(author, revie
     assert planner and planner[0].attributes["gen_ai.usage.input_tokens"] > 0
 
 
+def test_the_approval_span_carries_the_wait_in_seconds(author, reviewer, spans):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = run_create(author=author, goal_text=REFUND_GOAL, plan_data=None)
+    advance_run(run.pk)
+    approval = Approval.objects.get(run=run, decision="pending")
+    Approval.objects.filter(pk=approval.pk).update(
+        requested_at=timezone.now() - timedelta(seconds=90, microseconds=1)
+    )
+    approval.refresh_from_db()
+    approval_decide(approval=approval, reviewer=reviewer, approve=False, reason="no")
+
+    [span] = [s for s in spans.get_finished_spans() if s.name == f"approval {approval.tool}"]
+    assert span.attributes["agentsite.approval.wait_s"] in (90, 91)
+    assert span.attributes["agentsite.approval.decision"] == "rejected"
+
+
 def test_a_dead_collector_drops_notes_unbuilt_instead_of_slowing_runs(author):
     class DeadCollector(SpanExporter):
         def __init__(self):

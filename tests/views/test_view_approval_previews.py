@@ -137,7 +137,7 @@ def test_the_approvals_email_carries_the_preview_and_a_stale_requests_change(
     run = parked(author)
     fresh = gone_stale(run, reviewer)
 
-    email = approval_round_email(run.pk, fresh.step.round)
+    email = approval_round_email(run.pk, fresh.step.round, reviewer.pk)
 
     assert "Asked again: its target changed since it was approved" in email.text
     assert "  - In stock: 10 → 15" in email.text
@@ -152,7 +152,7 @@ def test_the_email_escapes_a_hostile_preview(author, reviewer):
     reviewer.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     run = parked(author, item=HOSTILE_ITEM)
 
-    email = approval_round_email(run.pk, 1)
+    email = approval_round_email(run.pk, 1, reviewer.pk)
 
     assert executable_markup(email.html) == []
     assert "Ship 3 of &lt;script&gt;" in email.html
@@ -178,6 +178,8 @@ def test_a_stale_request_is_mailed_again_though_its_round_was_mailed(author, rev
     from plans.models import RunEvent
     from plans.notifications.deliveries import deliveries_for_events
 
+    reviewer.email = "bob@example.com"
+    reviewer.save()
     run = parked(author)
     gone_stale(run, reviewer)
     events = [
