@@ -20,7 +20,7 @@ from plans.bulk import rows_where
 from plans.journal.events import append_events
 from plans.journal.leases import Lease
 from plans.llm import Completion, ModelRequest, model_for
-from plans.llm.prompts import planner_request, repair_request, replan_request
+from plans.llm.prompts import HeldLimits, planner_request, repair_request, replan_request
 from plans.models import Plan, Run, Step
 from plans.services.plans import plan_parse_and_check, plan_store
 from plans.tools import get_registry, tool_catalog_for_prompt
@@ -181,6 +181,7 @@ def plan_from_replanner(
         outcomes=outcomes,
         change_requests=change_requests or [],
         effects_done=effects_done(run.pk, before_version=current.version + 1),
+        held=held_limits(),
     )
     completion = call_model(request)
     if completion is None:
@@ -316,3 +317,11 @@ def plan_step_add(
             run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
         )
     return step
+
+
+def held_limits() -> HeldLimits:
+    """The settings' limits past which a result goes into a prompt as an extract by reference."""
+    return HeldLimits(
+        max_chars=settings.AGENTSITE_PROMPT_RESULT_MAX_CHARS,
+        head_chars=settings.AGENTSITE_PROMPT_RESULT_HEAD_CHARS,
+    )
