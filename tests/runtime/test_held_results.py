@@ -16,6 +16,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 REPORT = {"rows": 500}  # sales_report: 500 objects, about 205,000 chars of JSON
 
 
+class SystemsSeen(Claude):
+    """The fake API, also keeping each request's system text (where the catalog is)."""
+
+    def __call__(self, request):
+        body = json.loads(request.content)
+        self.systems = [*getattr(self, "systems", []), json.dumps(body.get("system"))]
+        return super().__call__(request)
+
+
 @pytest.fixture
 def claude(settings, monkeypatch):
     import random
@@ -32,7 +41,7 @@ def claude(settings, monkeypatch):
     settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 1
 
     def install(first_plan, *replans):
-        server = Claude(first_plan, replans)
+        server = SystemsSeen(first_plan, replans)
         client = anthropic.Anthropic(
             api_key="test-key",
             base_url="https://api.example.test",
@@ -76,6 +85,10 @@ def test_a_200_kb_result_is_stored_whole_and_prompts_get_an_extract_by_reference
         assert whole[:2000] in prompt and whole[:2001] not in prompt  # its first part only
         assert len(prompt) < 12_000
     assert "SKU-00499" not in replan_prompt
+    # result_slice is in the catalog only of the replan that holds a result by reference.
+    plan_system, replan_system = server.systems[0], server.systems[1]
+    assert '"name\\":\\"result_slice' not in plan_system
+    assert '"name\\":\\"result_slice' in replan_system
     # The replanned step read the last row, which no prompt had shown; the answer sees it.
     sliced = Step.objects.get(plan=v2, step_id=2)
     assert sliced.status == Step.Status.SUCCEEDED
