@@ -336,9 +336,15 @@ AGENTSITE_PREVIEW_TIMEOUT_S = float(os.environ.get("AGENTSITE_PREVIEW_TIMEOUT_S"
 # results and the goal go into span attributes (redacted as stored) only with this on.
 AGENTSITE_TRACE_CONTENT = env_bool("AGENTSITE_TRACE_CONTENT", False)
 AGENTSITE_MCP_SERVERS = json.loads(os.environ.get("AGENTSITE_MCP_SERVERS", "") or "{}")
-# A larger result (as JSON text) fails its step: it would be stored three times, pushed to
-# every watching browser and put into the answer prompt.
-AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "200000"))
+# A larger result (as JSON text) fails its step: it would be stored three times and pushed to
+# every watching browser. 1,000,000 so that a 200 KB report is kept whole, by reference.
+AGENTSITE_TOOL_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_TOOL_RESULT_MAX_CHARS", "1000000"))
+# A longer result goes into later prompts (answer, replan) as an extract with a reference: its
+# first AGENTSITE_PROMPT_RESULT_HEAD_CHARS, its shape, and how to read more (result_slice).
+AGENTSITE_PROMPT_RESULT_MAX_CHARS = int(os.environ.get("AGENTSITE_PROMPT_RESULT_MAX_CHARS", "8000"))
+AGENTSITE_PROMPT_RESULT_HEAD_CHARS = int(
+    os.environ.get("AGENTSITE_PROMPT_RESULT_HEAD_CHARS", "2000")
+)
 # Retries of errors a tool declares retryable: exponential backoff with full jitter.
 AGENTSITE_TOOL_MAX_ATTEMPTS = int(os.environ.get("AGENTSITE_TOOL_MAX_ATTEMPTS", "3"))
 AGENTSITE_TOOL_RETRY_BASE_S = float(os.environ.get("AGENTSITE_TOOL_RETRY_BASE_S", "0.5"))

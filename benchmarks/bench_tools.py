@@ -1,5 +1,6 @@
 """Tools for the benchmark: a step that takes a known time and does nothing else."""
 
+import json
 import time
 
 from plans.tools import Preview, tool
@@ -41,3 +42,14 @@ def bench_effect_previewed(ms: float, tag: int = 0) -> float:
     if ms > 0:
         time.sleep(ms / 1000)
     return ms
+
+
+@tool(pure=True)
+def bench_report(rows: int = 500) -> list[dict]:
+    """A sales report of rows objects, 410 chars of JSON each (500: a 205,000-char result)."""
+    report = []
+    for i in range(rows):
+        row = {"row": i, "region": f"R{i % 7}", "sku": f"SKU-{i:05d}", "amount_inr": 1000 + i}
+        pad = 410 - len(json.dumps({**row, "note": ""})) - 2  # with its ", " separator
+        report.append({**row, "note": f"row {i} ".ljust(pad, ".")})
+    return report

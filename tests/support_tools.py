@@ -1,5 +1,6 @@
 """Tools the executor tests register through AGENTSITE_TOOL_MODULES."""
 
+import json
 import threading
 import time
 
@@ -161,3 +162,15 @@ def sees_its_start(label: str) -> bool:
         return RunEvent.objects.filter(kind="step_started", payload__args__label=label).exists()
     finally:
         connection.close()
+
+
+@tool(pure=True)
+def sales_report(rows: int, row_chars: int = 410) -> list[dict]:
+    """A report of rows objects, each about row_chars of JSON (500 x 410: a 200 KB result)."""
+    report = []
+    for i in range(rows):
+        row = {"row": i, "region": f"R{i % 7}", "sku": f"SKU-{i:05d}", "amount_inr": 1000 + i}
+        # Each row's JSON text plus its ", " separator is row_chars long.
+        pad = row_chars - len(json.dumps({**row, "note": ""})) - 2
+        report.append({**row, "note": f"row {i} " + "." * max(0, pad - len(f"row {i} "))})
+    return report

@@ -11,6 +11,14 @@ from plans.engine.graph import (
     rounds,
     topological_order,
 )
+from plans.engine.held import (
+    SLICE_MAX_CHARS,
+    held_ref,
+    held_ref_parts,
+    result_extract,
+    result_part,
+    result_shape,
+)
 from plans.engine.parsing import MAX_PLANNER_OUTPUT_CHARS, parse_planner_output
 from plans.engine.plan import MAX_STEP_ID, Plan, PlanInvalid, PlanParseError, PlanStep, Problem
 from plans.engine.plan_schema import plan_json_schema
@@ -62,6 +70,7 @@ __all__ = [
     "MAX_PLANNER_OUTPUT_CHARS",
     "MAX_STEP_ID",
     "PLACEHOLDER",
+    "SLICE_MAX_CHARS",
     "AttemptRecord",
     "Budget",
     "MissingPath",
@@ -92,6 +101,8 @@ __all__ = [
     "effect_state",
     "find_cycle",
     "find_cycles",
+    "held_ref",
+    "held_ref_parts",
     "idempotency_key",
     "json_numbers_as_values",
     "json_type_name",
@@ -107,6 +118,9 @@ __all__ = [
     "preview_failed",
     "preview_version",
     "resolve",
+    "result_extract",
+    "result_part",
+    "result_shape",
     "rounds",
     "storable",
     "topological_order",

@@ -22,6 +22,7 @@ from plans.bulk import connection_wait, field_value, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
+    held_ref,
     storable,
 )
 from plans.engine.citations import answer_check
@@ -39,6 +40,7 @@ from plans.runtime import telemetry
 from plans.runtime.planning import (
     DirectAnswer,
     effects_done,
+    held_limits,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,
@@ -320,7 +322,7 @@ class RunAdvancer:
         return plan_from_replanner(
             run=self.run,
             current=plan_row,
-            outcomes=step_outcomes(steps),
+            outcomes=step_outcomes(steps, version=plan_row.version),
             change_requests=plan_row.change_requests,
             call_model=self._call_model_and_flush,
             lease=self.lease,
@@ -360,9 +362,10 @@ class RunAdvancer:
         request = answer_request(
             goal=self.run.goal.text,
             plan={"steps": [_step_json(s) for s in steps.values()]},
-            outcomes=step_outcomes(steps),
+            outcomes=step_outcomes(steps, version=plan_row.version),
             model=model_for("answer"),
             effects_done=self._effects_not_carried(plan_row, steps),
+            held=held_limits(),
         )
         run_id = self.run.pk
         completion = self.call_model(
@@ -612,11 +615,13 @@ class _DecisionRaced(Exception):
     pass
 
 
-def step_outcomes(steps: dict[int, Step]) -> list[dict[str, Any]]:
-    """Each step's call and outcome, in step order: what the answer and replan prompts show."""
+def step_outcomes(steps: dict[int, Step], *, version: int | None = None) -> list[dict[str, Any]]:
+    """Each step's call and outcome, in step order: what the answer and replan prompts show;
+    with the steps' plan version, each carries the ref result_slice reads its result by."""
     return [
         {
             "id": s.step_id,
+            **({"ref": held_ref(version, s.step_id)} if version is not None else {}),
             "tool": s.tool,
             "args": s.resolved_args if s.resolved_args is not None else s.args,
             "status": s.status,

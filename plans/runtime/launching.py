@@ -252,6 +252,7 @@ class Launching(StepsState):
                 key=key,
                 approval=approval,
                 step_pk=step.pk,
+                results=self.held_results,
                 reply=self._reply,
             )
             self.inflight[call] = step.step_id

@@ -20,10 +20,17 @@ from plans.bulk import rows_where
 from plans.journal.events import append_events
 from plans.journal.leases import Lease
 from plans.llm import Completion, ModelRequest, model_for
-from plans.llm.prompts import planner_request, repair_request, replan_request
+from plans.llm.prompts import (
+    HeldLimits,
+    data_text,
+    planner_request,
+    repair_request,
+    replan_request,
+)
 from plans.models import Plan, Run, Step
 from plans.services.plans import plan_parse_and_check, plan_store
-from plans.tools import get_registry, tool_catalog_for_prompt
+from plans.tools import ToolSpec, get_registry, tool_catalog_for_prompt
+from plans.tools.results import RESULT_SLICE
 
 
 def plan_steps(plan: Plan) -> dict[int, Step]:
@@ -106,7 +113,7 @@ def plan_from_planner(
     router = bool(settings.AGENTSITE_ROUTER)
     request = planner_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(registry),
+        catalog=prompt_catalog(registry),
         max_steps=max_steps,
         model=model_for("plan"),
         reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
@@ -169,8 +176,9 @@ def plan_from_replanner(
     registry = get_registry()
     request = replan_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(registry),
-        # As the plan call's, so the two requests keep one cached prefix.
+        # As the plan call's, so the two requests keep one cached prefix (unless a result is
+        # held by reference: then result_slice joins the catalog).
+        catalog=prompt_catalog(registry, held=any_held(outcomes)),
         reply_schema=engine.plan_json_schema(
             registry, max_steps=max_steps, direct_answer=bool(settings.AGENTSITE_ROUTER)
         ),
@@ -181,6 +189,7 @@ def plan_from_replanner(
         outcomes=outcomes,
         change_requests=change_requests or [],
         effects_done=effects_done(run.pk, before_version=current.version + 1),
+        held=held_limits(),
     )
     completion = call_model(request)
     if completion is None:
@@ -316,3 +325,27 @@ def plan_step_add(
             run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
         )
     return step
+
+
+def held_limits() -> HeldLimits:
+    """The settings' limits past which a result goes into a prompt as an extract by reference."""
+    return HeldLimits(
+        max_chars=settings.AGENTSITE_PROMPT_RESULT_MAX_CHARS,
+        head_chars=settings.AGENTSITE_PROMPT_RESULT_HEAD_CHARS,
+    )
+
+
+def prompt_catalog(registry: dict[str, ToolSpec], *, held: bool = False) -> list[dict[str, Any]]:
+    """The catalog a prompt shows: result_slice only when a result is held by reference, so
+    every other plan call's cached prefix does not pay for a tool it cannot use."""
+    shown = registry if held else {n: s for n, s in registry.items() if n != RESULT_SLICE}
+    return tool_catalog_for_prompt(shown)
+
+
+def any_held(outcomes: list[dict[str, Any]]) -> bool:
+    """Whether a prompt shows one of these results as an extract by reference."""
+    limit = settings.AGENTSITE_PROMPT_RESULT_MAX_CHARS
+    return any(
+        o.get("status") == Step.Status.SUCCEEDED and len(data_text(o.get("result"))) > limit
+        for o in outcomes
+    )

@@ -20,11 +20,10 @@ from plans.llm import model_for
 from plans.llm.prompts import react_request
 from plans.models import Run, Step
 from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
-from plans.runtime.planning import plan_step_add, plan_steps
+from plans.runtime.planning import plan_step_add, plan_steps, prompt_catalog
 from plans.runtime.steps import StepsExecution
 from plans.selectors.plans import plan_current
 from plans.services.plans import plan_store
-from plans.tools import tool_catalog_for_prompt
 
 REACT_SOURCE = "react"
 
@@ -41,7 +40,8 @@ class ReactLoop:
         self.advancer = advancer
         self.run = advancer.run
         self.recorder = advancer.recorder
-        self.catalog = tool_catalog_for_prompt(advancer.registry)
+        # ReAct observations are never held by reference: no result_slice.
+        self.catalog = prompt_catalog(advancer.registry)
 
     def advance(self) -> str:
         advancer, run = self.advancer, self.run

@@ -30,6 +30,7 @@ from plans.runtime.planning import declined_calls, effects_taken, plan_to_engine
 from plans.runtime.steps_state import DECISION_POLL_S, Advancer
 from plans.runtime.tool_threads import Call, tool_threads
 from plans.tools import ToolSpec
+from plans.tools.results import RunResults
 
 
 class StepsExecution(Launching, CallsInFlight):
@@ -49,6 +50,7 @@ class StepsExecution(Launching, CallsInFlight):
             plan, run_dependants_of_failures=self.run.goal.run_dependants_of_failures
         )
         self.results: dict[int, Any] = {}
+        self.held_results = RunResults(self.run.pk, version=plan_row.version, current=steps)
         self.inflight: dict[Call, int] = {}  # call -> step id
         self.completed: queue.SimpleQueue[Call] = queue.SimpleQueue()
         self.deadlines: list[tuple[float, int, Call]] = []  # a heap

@@ -31,6 +31,7 @@ from plans.runtime.recorder import RunRecorder
 from plans.runtime.tool_calls import PreviewTaken
 from plans.runtime.tool_threads import Call, ToolThreads
 from plans.tools import ToolSpec
+from plans.tools.results import RunResults
 
 # How often a run with steps awaiting approval looks for decisions while other steps run.
 DECISION_POLL_S = 0.25
@@ -70,6 +71,7 @@ class StepsState:
     steps: dict[int, Step]
     scheduler: Scheduler
     results: dict[int, Any]
+    held_results: RunResults  # what result_slice may read: this run's results only
     inflight: dict[Call, int]  # call -> step id
     completed: queue.SimpleQueue[Call]
     deadlines: list[tuple[float, int, Call]]  # a heap

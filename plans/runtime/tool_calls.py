@@ -31,6 +31,7 @@ from plans.runtime.gate import (
 from plans.runtime.recorder import Durable
 from plans.runtime.tool_threads import Call, ToolThreads, tool_threads
 from plans.tools import ToolError, ToolSpec
+from plans.tools.results import RunResults, calling_run
 
 
 @dataclass
@@ -60,10 +61,17 @@ class ToolOutcome:
 
 
 def invoke_tool(
-    spec: ToolSpec, args: dict[str, Any], *, key: str, approval: Approval | None, step_pk: int
+    spec: ToolSpec,
+    args: dict[str, Any],
+    *,
+    key: str,
+    approval: Approval | None,
+    step_pk: int,
+    results: RunResults | None = None,
 ) -> ToolOutcome:
     """Call a tool in a pool thread; a destructive one needs an approval of these exact args
-    for this very step (step_pk): another step's or another run's approval never counts."""
+    for this very step (step_pk): another step's or another run's approval never counts.
+    result_slice reads these results (the run's own) only."""
     started_at = timezone.now()
     t0 = time.perf_counter()
     allowed = approval_is_valid_for_call(approval, tool=spec.name, args=args, step_pk=step_pk)
@@ -83,7 +91,8 @@ def invoke_tool(
     error = ""
     retryable = fault = False
     try:
-        result, size = _jsonable(spec.call(args, idempotency_key=key))
+        with calling_run(results):
+            result, size = _jsonable(spec.call(args, idempotency_key=key))
         if size > settings.AGENTSITE_TOOL_RESULT_MAX_CHARS:
             result = None
             raise ToolError(
@@ -169,12 +178,13 @@ def invoke_once_recorded(
     key: str,
     approval: Approval | None,
     step_pk: int,
+    results: RunResults | None = None,
 ) -> ToolOutcome:
     """invoke_tool once the commit holding the call's start is made (durable None: at once);
     never if it fails, which ends the advance (so this outcome is never recorded)."""
     if durable is not None and not durable.wait():
         return ToolOutcome(None, "not called: its start was not recorded", key, timezone.now(), 0)
-    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk)
+    return invoke_tool(spec, args, key=key, approval=approval, step_pk=step_pk, results=results)
 
 
 def reconcile_call(spec: ToolSpec, key: str) -> ToolOutcome:

@@ -19,8 +19,9 @@ from plans.engine import preview_data
 from plans.tools.schema import IDEMPOTENCY_PARAM, Converter, derive
 
 BUILTIN_MODULE = "plans.tools.builtin"
-# Core tools the executor itself relies on (ask_human): registered whatever the settings say.
-CORE_MODULE = "plans.tools.human"
+# Core tools the executor itself relies on (ask_human, result_slice): registered whatever the
+# settings say.
+CORE_MODULES = ("plans.tools.human", "plans.tools.results")
 
 # Tool names must be usable as model API tool names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -273,7 +274,7 @@ def tool_modules() -> list[str]:
         raise ImproperlyConfigured(
             f"AGENTSITE_TOOL_MODULES must be a list of module names, got {configured!r}"
         )
-    return list(dict.fromkeys([CORE_MODULE, BUILTIN_MODULE, *configured]))
+    return list(dict.fromkeys([*CORE_MODULES, BUILTIN_MODULE, *configured]))
 
 
 class ToolSource(Protocol):

@@ -271,9 +271,10 @@ def test_the_catalog_is_minified_and_loses_nothing_under_the_convention_the_rule
 
 def test_a_demo_goals_plan_call_stays_within_1900_input_tokens():
     from plans.llm.offline import OFFLINE_DEMO_GOALS
-    from plans.tools import get_registry, tool_catalog_for_prompt
+    from plans.runtime.planning import prompt_catalog
+    from plans.tools import get_registry
 
-    catalog = tool_catalog_for_prompt(get_registry())
+    catalog = prompt_catalog(get_registry())  # as the plan call sends it
     sizes = [plan(goal=g, catalog=catalog).estimated_input_tokens() for g in OFFLINE_DEMO_GOALS]
 
     assert max(sizes) <= 1900, sizes

@@ -21,6 +21,7 @@ BUILT_INS = {
     "hotel_price",
     "issue_refund",
     "order_total",
+    "result_slice",
     "price",
     "search",
     "send_email",
