@@ -140,6 +140,10 @@ class Run(models.Model):
     cache_read_tokens = models.PositiveBigIntegerField(default=0)
     cache_write_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
+    # The model cost forecast at the first valid plan (the one a reviewer approves), to set
+    # beside cost_usd; the tools' declared costs, apart (they are not in cost_usd).
+    forecast_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    forecast_tools_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     model_call_count = models.PositiveIntegerField(default=0)
     round_count = models.PositiveIntegerField(default=0)
 
@@ -285,6 +289,9 @@ class Plan(models.Model):
     # Reviewers' requests for changes to this version: [{step, tool, instructions, reviewer,
     # at}]. The next version is planned with them, delimited as reviewer text.
     change_requests = models.JSONField(default=list, blank=True)
+    # What the run was forecast to cost when this version was planned (plans.services.forecasts):
+    # spent so far, the answer call's expected tokens and price, the tools' declared costs.
+    forecast = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -948,6 +955,14 @@ class RunRollup(models.Model):
     budget_exhausted = models.BigIntegerField(default=0, db_default=0)
     completed = models.BigIntegerField(default=0, db_default=0)
     completed_tokens = models.BigIntegerField(default=0, db_default=0)
+    # Finished runs with a cost forecast, their forecasts and what they actually cost.
+    forecasted = models.BigIntegerField(default=0, db_default=0)
+    forecast_usd = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
+    )
+    forecast_actual_usd = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), db_default=Decimal(0)
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "author"], name="run_rollup_key")]

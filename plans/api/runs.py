@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -100,6 +101,7 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
                 "problems": plan.problems,
                 "decision": plan.decision,
                 "created_at": plan.created_at,
+                "forecast": plan.forecast,
             }
             for plan in versions
         ],
@@ -117,6 +119,8 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
             for call in calls
         ],
         "cost_usd": format(run.cost_usd, "f"),
+        "forecast_usd": _usd_or_none(run.forecast_usd),
+        "forecast_tools_usd": _usd_or_none(run.forecast_tools_usd),
         "budget_usd": format(run.budget_usd, "f"),
         "budget_tokens": run.budget_tokens,
         "last_seq": run.last_seq,
@@ -124,6 +128,10 @@ def run_out(request: HttpRequest, run: Run) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
     }
+
+
+def _usd_or_none(value: Decimal | None) -> str | None:
+    return None if value is None else format(value, "f")
 
 
 # --- create ----------------------------------------------------------------------------------

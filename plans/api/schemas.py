@@ -115,6 +115,30 @@ class PlanStepOut(Schema):
     depends_on: list[int]
 
 
+class AnswerTokensOut(Schema):
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+class ForecastOut(Schema):
+    model: str = Field(..., description="The answer call's model, priced from the price table.")
+    basis: str = Field(
+        ...,
+        description='What the answer tokens are the median of: "same tools" (past completed '
+        'runs with this plan\'s tool set), "all runs", or "default" (no history).',
+    )
+    samples: int = Field(..., description="How many past answer calls the median is of.")
+    answer_tokens: AnswerTokensOut
+    spent_usd: str = Field(..., description="The run's model cost when the plan was made.")
+    answer_usd: str | None = Field(..., description="The answer call's expected price.")
+    model_usd: str | None = Field(..., description="spent_usd + answer_usd: the run's model cost.")
+    tools_usd: str = Field(..., description="The plan's calls at their tools' declared costs.")
+    tools_undeclared: list[str] = Field(..., description="The plan's tools declaring no cost.")
+    problem: str = Field(..., description='Why there is no answer price (""if there is).')
+
+
 class PlanVersionOut(Schema):
     version: int
     source: str
@@ -122,6 +146,9 @@ class PlanVersionOut(Schema):
     problems: list[Any]
     decision: str
     created_at: datetime
+    forecast: ForecastOut | None = Field(
+        ..., description="The cost forecast made with this version; null for an invalid plan."
+    )
 
 
 class CurrentPlanOut(Schema):
@@ -178,6 +205,13 @@ class RunOut(Schema):
     model_call_list: list[ModelCallOut]
     tokens: TokensOut
     cost_usd: str
+    forecast_usd: str | None = Field(
+        ...,
+        description="The model cost forecast at the first valid plan, to compare with cost_usd.",
+    )
+    forecast_tools_usd: str | None = Field(
+        ..., description="That plan's calls at their tools' declared costs (not in cost_usd)."
+    )
     budget_usd: str
     budget_tokens: int
     last_seq: int

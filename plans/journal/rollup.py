@@ -84,7 +84,7 @@ _TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wr
 _PRICED_APART = ("cache_write_1h_tokens", "web_search_requests")
 
 # Run fields the rollup depends on: a write setting any of them moves the run's share.
-RUN_ROLLUP_FIELDS = frozenset({"status", "cost_usd", "tools_used", *_TOKEN_FIELDS})
+RUN_ROLLUP_FIELDS = frozenset({"status", "cost_usd", "tools_used", "forecast_usd", *_TOKEN_FIELDS})
 
 
 def token_bucket(tokens: int) -> int:
@@ -203,6 +203,7 @@ class RunShare:
     tokens: int
     cost_usd: Decimal
     tools_used: tuple[str, ...]
+    forecast_usd: Decimal | None = None
 
     @classmethod
     def locked(cls, run_id: int) -> RunShare | None:
@@ -213,7 +214,7 @@ class RunShare:
             row = cursor.fetchone()
         if row is None:
             return None
-        author_id, created_at, status, tokens, cost_usd, tools_used = row
+        author_id, created_at, status, tokens, cost_usd, tools_used, forecast_usd = row
         if isinstance(created_at, str):
             created_at = datetime.fromisoformat(created_at)
         if timezone.is_naive(created_at):  # SQLite: stored as UTC without an offset
@@ -227,6 +228,7 @@ class RunShare:
             int(tokens),
             Decimal(str(cost_usd)).quantize(_CENTS_E8),
             tuple(tools_used),
+            None if forecast_usd is None else Decimal(str(forecast_usd)).quantize(_CENTS_E8),
         )
 
     def after(self, fields: Mapping[str, Any]) -> RunShare:
@@ -240,6 +242,11 @@ class RunShare:
             cost_usd=Decimal(fields.get("cost_usd", self.cost_usd)),
             tools_used=tuple(fields.get("tools_used", self.tools_used)),
             tokens=tokens,
+            forecast_usd=(
+                Decimal(fields["forecast_usd"]).quantize(_CENTS_E8)
+                if fields.get("forecast_usd") is not None
+                else self.forecast_usd
+            ),
         )
 
 
@@ -254,7 +261,7 @@ def _share_statement(vendor: str) -> str:
     tokens = " + ".join(column(name) for name in _TOKEN_FIELDS)
     lock = f" FOR UPDATE OF {run}" if vendor == "postgresql" else ""  # SQLite locks it all
     columns = ", ".join(column(name) for name in ("created_at", "status"))
-    rest = ", ".join(column(name) for name in ("cost_usd", "tools_used"))
+    rest = ", ".join(column(name) for name in ("cost_usd", "tools_used", "forecast_usd"))
     return (
         f"SELECT {goal}.{quote('author_id')}, {columns}, {tokens}, {rest} "  # noqa: S608
         f"FROM {run} JOIN {goal} ON {goal}.{quote('id')} = {column('goal')} "
@@ -289,11 +296,16 @@ def _run_contribution(
 ) -> Iterable[tuple[type[Model], tuple[Any, ...], dict[str, Any]]]:
     day = timezone.localdate(share.created_at)
     completed = share.status == Run.Status.COMPLETED
+    # A finished run's forecast beside what it cost: the forecast's error, per day.
+    forecasted = share.status in Run.TERMINAL and share.forecast_usd is not None
     yield (
         RunRollup,
         (day, share.author_id),
         {
             "runs": 1,
+            "forecasted": 1 if forecasted else 0,
+            "forecast_usd": share.forecast_usd if forecasted else Decimal(0),
+            "forecast_actual_usd": share.cost_usd if forecasted else Decimal(0),
             "finished": 1 if share.status in Run.TERMINAL else 0,
             "budget_exhausted": 1 if share.status == Run.Status.BUDGET_EXHAUSTED else 0,
             "completed": 1 if completed else 0,
@@ -407,6 +419,7 @@ Source = tuple[dict[str, str], QuerySet[Any]]
 def _sources() -> dict[type[Model], Source]:
     terminal = Q(status__in=Run.TERMINAL)
     completed = Q(status=Run.Status.COMPLETED)
+    forecasted = terminal & Q(forecast_usd__isnull=False)
     runs = Run.objects.annotate(day=_local_day("created_at"), author=F("goal__author_id"))
     run_key = {"day": "day", "author_id": "author"}
     tokens = {name: f"sum_{name}" for name in _TOKEN_FIELDS}
@@ -422,6 +435,9 @@ def _sources() -> dict[type[Model], Source]:
                 "budget_exhausted": "n_exhausted",
                 "completed": "n_completed",
                 "completed_tokens": "n_tokens",
+                "forecasted": "n_forecasted",
+                "forecast_usd": "sum_forecast",
+                "forecast_actual_usd": "sum_forecast_actual",
             },
             runs.values("day", "author")
             .annotate(
@@ -430,6 +446,9 @@ def _sources() -> dict[type[Model], Source]:
                 n_exhausted=Count("id", filter=Q(status=Run.Status.BUDGET_EXHAUSTED)),
                 n_completed=Count("id", filter=completed),
                 n_tokens=Coalesce(Sum(_run_tokens(), filter=completed), 0),
+                n_forecasted=Count("id", filter=forecasted),
+                sum_forecast=Coalesce(Sum("forecast_usd", filter=forecasted), Decimal(0)),
+                sum_forecast_actual=Coalesce(Sum("cost_usd", filter=forecasted), Decimal(0)),
             )
             .order_by(),
         ),

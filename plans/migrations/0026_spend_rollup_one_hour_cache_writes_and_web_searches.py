@@ -4,8 +4,8 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Replaced by 0031_review_analytics_rollup's backfill: the rebuild uses today's models,
-    which gained columns and tables after this migration."""
+    """Replaced by 0033_plan_cost_forecast's backfill: the rebuild uses today's models, which
+    gained columns and tables after this migration."""
 
 
 class Migration(migrations.Migration):

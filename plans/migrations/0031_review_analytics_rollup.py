@@ -4,11 +4,8 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Sum the rows already recorded, into every rollup table (0022's and 0026's steps moved here). Uses
-    today's rebuild: should the models change, a later migration replaces this step."""
-    from plans.journal.rollup import rollup_rebuild
-
-    rollup_rebuild()
+    """Replaced by 0033_plan_cost_forecast's backfill: the rebuild uses today's models, which
+    gained columns after this migration."""
 
 
 class Migration(migrations.Migration):

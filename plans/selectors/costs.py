@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from django.db.models import F, QuerySet, Sum
 from django.utils import timezone
 
+from plans.engine.forecast import forecast_error
 from plans.models import (
     ApprovalRollup,
     EvalResult,
@@ -71,6 +72,8 @@ class CostReport:
     # The eval judge's calls belong to no run, so they are not in total_usd.
     judge_usd: Decimal = Decimal(0)
     judged: int = 0
+    # Days with finished runs that had a cost forecast: the forecasts summed beside the cost.
+    forecasts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None) -> CostReport:
@@ -94,13 +97,25 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
     by_tool = _by_tool(first_day)
     judge_usd, judged = _judge_spend(since)
 
-    run_counts = runs.aggregate(
-        total=Sum("runs"),
-        finished=Sum("finished"),
-        exhausted=Sum("budget_exhausted"),
-        completed=Sum("completed"),
-        completed_tokens=Sum("completed_tokens"),
+    # Per day (summed here): the window's totals, and each day's forecasts beside their cost.
+    run_days = list(
+        runs.values("day")
+        .annotate(
+            total=Sum("runs"),
+            finished=Sum("finished"),
+            exhausted=Sum("budget_exhausted"),
+            completed=Sum("completed"),
+            completed_tokens=Sum("completed_tokens"),
+            forecasted=Sum("forecasted"),
+            forecast=Sum("forecast_usd"),
+            actual=Sum("forecast_actual_usd"),
+        )
+        .order_by("day")
     )
+    run_counts = {
+        name: sum(row[name] or 0 for row in run_days)
+        for name in ("total", "finished", "exhausted", "completed", "completed_tokens")
+    }
     approval_counts = ApprovalRollup.objects.filter(day__gte=first_day).aggregate(
         decided=Sum("decided"), rejected=Sum("rejected")
     )
@@ -126,7 +141,37 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         web_search_requests=sum(row["web_search_requests"] or 0 for row in by_model),
         judge_usd=judge_usd,
         judged=judged,
+        forecasts=_forecasts(run_days),
     )
+
+
+def _forecasts(run_days: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for row in run_days:
+        if row["forecasted"]:
+            forecast, actual = _usd(row["forecast"]), _usd(row["actual"])
+            rows.append(
+                {
+                    "day": row["day"],
+                    "runs": row["forecasted"],
+                    "forecast": forecast,
+                    "actual": actual,
+                    "error": forecast_error(forecast, actual),
+                }
+            )
+    if rows:
+        forecast = sum((row["forecast"] for row in rows), Decimal(0))
+        actual = sum((row["actual"] for row in rows), Decimal(0))
+        rows.append(
+            {
+                "day": None,  # the window's total
+                "runs": sum(row["runs"] for row in rows),
+                "forecast": forecast,
+                "actual": actual,
+                "error": forecast_error(forecast, actual),
+            }
+        )
+    return rows
 
 
 def _judge_spend(since: datetime) -> tuple[Decimal, int]:

@@ -3,6 +3,7 @@ planner and replanner through plans.runtime.planning."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -24,6 +25,7 @@ from plans.services.approvals import (
     rejection_reason_check,
     reviewer_check,
 )
+from plans.services.forecasts import plan_forecast
 from plans.tools import get_registry
 
 
@@ -73,6 +75,12 @@ def plan_store(
 ) -> Plan:
     """Store a plan version and its steps; an invalid first plan ends the run as invalid_plan."""
     registry = get_registry()
+    # Before the transaction: the run in hand counts the plan calls just made, not yet flushed.
+    forecast = (
+        plan_forecast(plan=plan, registry=registry, spent_usd=run.cost_usd)
+        if plan is not None
+        else None
+    )
     with transaction.atomic():
         latest = run.plans.aggregate(version=Max("version"))["version"] or 0
         parent = run.plans.filter(version=latest).first() if latest else None
@@ -84,6 +92,7 @@ def plan_store(
             raw_output=engine.storable(raw_output),
             is_valid=plan is not None,
             problems=engine.storable(problems),
+            forecast=forecast,
         )
         run_fields: dict[str, Any] = {}
         if plan is not None:
@@ -104,6 +113,10 @@ def plan_store(
                 ]
             )
             run_fields["tools_used"] = sorted({*run.tools_used, *(s.tool for s in plan.steps)})
+            if forecast is not None and run.forecast_usd is None and forecast["model_usd"]:
+                # The first valid plan's forecast is the run's: the one a reviewer approves.
+                run_fields["forecast_usd"] = Decimal(forecast["model_usd"])
+                run_fields["forecast_tools_usd"] = Decimal(forecast["tools_usd"])
             events = [
                 (
                     "plan_created",

@@ -311,7 +311,8 @@ def order_total(order_id: str) -> int:
     return _order(order_id)["total_inr"]
 
 
-@tool
+# A fare search is a paid API in the shape this demo stands for: its call has a price.
+@tool(cost_usd="0.002")
 def flight_price(origin: str, destination: str, date: str) -> int:
     """Economy fare in INR for one passenger on a domestic flight between two Indian cities
     on a given day.

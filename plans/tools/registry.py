@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol, overload
 
 from django.conf import settings
@@ -54,6 +55,8 @@ class ToolSpec:
     # acting; asked before a reviewer decides and again just before the call (same limit).
     preview: Callable[..., Any] | None = None
     preview_timeout_s: float | None = None
+    # What one call costs beyond the model's tokens (a paid API), as declared; None: not declared.
+    cost_usd: Decimal | None = None
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
@@ -131,6 +134,7 @@ def tool[F: Callable[..., Any]](
     reconcile: Callable[[str], Any] | None = None,
     preview: Callable[..., Any] | None = None,
     preview_timeout_s: float | None = None,
+    cost_usd: float | str | Decimal | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -146,6 +150,7 @@ def tool(
     reconcile: Callable[[str], Any] | None = None,
     preview: Callable[..., Any] | None = None,
     preview_timeout_s: float | None = None,
+    cost_usd: float | str | Decimal | None = None,
 ) -> Any:
     """Declare a function as a tool; usable bare (``@tool``) or with options (``@tool(...)``).
 
@@ -153,10 +158,12 @@ def tool(
     reuse an earlier identical call's result; ``reconcile`` (destructive tools) answers, for an
     idempotency key, the result of a call whose reply never came, or None if unknown;
     ``preview`` (destructive tools) takes the arguments and returns a Preview of the effect
-    without acting, within ``preview_timeout_s`` (AGENTSITE_PREVIEW_TIMEOUT_S by default).
+    without acting, within ``preview_timeout_s`` (AGENTSITE_PREVIEW_TIMEOUT_S by default);
+    ``cost_usd`` is what one call costs in USD beyond tokens, for the plan's cost forecast.
     """
     retry_on = _check_options(destructive, timeout_s, name, retryable, pure, reconcile)
     _check_preview(destructive, preview, preview_timeout_s)
+    call_cost = _check_cost(cost_usd)
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         tool_name = _check_function(func, name)
@@ -176,6 +183,7 @@ def tool(
             output_schema=derived.output_schema,
             preview=preview,
             preview_timeout_s=None if preview_timeout_s is None else float(preview_timeout_s),
+            cost_usd=call_cost,
         )
         _declare(spec)
         func.tool_spec = spec  # type: ignore[attr-defined]
@@ -250,6 +258,22 @@ def _check_preview(destructive: bool, preview: Any, timeout_s: Any) -> None:
             f"@tool(preview_timeout_s=...) must be a positive number, with a preview; got "
             f"{timeout_s!r}"
         )
+
+
+def _check_cost(cost_usd: Any) -> Decimal | None:
+    if cost_usd is None:
+        return None
+    problem = f"@tool(cost_usd=...) must be a number of USD, 0 or more, got {cost_usd!r}"
+    if isinstance(cost_usd, bool) or not isinstance(cost_usd, int | float | str | Decimal):
+        raise TypeError(problem)
+    try:
+        # str() first so 0.002 stays 0.002 rather than its binary approximation.
+        cost = Decimal(str(cost_usd))
+    except InvalidOperation:
+        raise TypeError(problem) from None
+    if not cost.is_finite() or cost < 0:
+        raise TypeError(problem)
+    return cost
 
 
 def _declare(spec: ToolSpec) -> None:

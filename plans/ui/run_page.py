@@ -11,6 +11,7 @@ from django.contrib.auth.context_processors import PermWrapper
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
 
+from plans.engine.forecast import forecast_error
 from plans.models import Plan, Run, Step
 from plans.roles import four_eyes_forbids, may_decide
 from plans.selectors.approvals import step_decisions
@@ -242,6 +243,9 @@ def run_totals(
     return {
         "tokens": run.total_tokens,
         "cost_usd": run.cost_usd,
+        "forecast_usd": run.forecast_usd,
+        "forecast_tools_usd": run.forecast_tools_usd,
+        **_forecast_error(run),
         "model_calls": run.model_call_count,
         **run_priced_apart(run),
         "round": started_round,
@@ -251,6 +255,14 @@ def run_totals(
         "progress": progress,
         "status_text": _status_text(run, progress),
     }
+
+
+def _forecast_error(run: Run) -> dict[str, Any]:
+    """How far the forecast was off, once the run has ended (before, the cost still grows)."""
+    if run.forecast_usd is None or not run.is_terminal:
+        return {"forecast_error": None}
+    error = forecast_error(run.forecast_usd, run.cost_usd)
+    return {"forecast_error": error, "forecast_off": None if error is None else abs(error)}
 
 
 def _status_text(run: Run, progress: StepProgress) -> str:

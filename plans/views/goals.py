@@ -129,7 +129,7 @@ def plan_decide_view(request: SignedInRequest, run_id: int) -> HttpResponse:
         status, error = refusal_status(refused), str(refused)
     run.refresh_from_db()
     if request.htmx:
-        context = {"run": run, "plan_error": error}
+        context = {"run": run, "plan": plan_current(run), "plan_error": error}
         return render(request, "plans/run_detail.html#run_header", context, status=status)
     if error:
         context = {**run_page_context(run), "plan_error": error}

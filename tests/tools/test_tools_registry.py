@@ -213,3 +213,21 @@ def test_a_preview_is_a_plain_function_of_a_destructive_tool():
         tool(destructive=True, preview_timeout_s=0, preview=preview)
     with pytest.raises(TypeError, match="with a preview"):
         tool(destructive=True, preview_timeout_s=2)
+
+
+def test_a_declared_per_call_cost_is_kept_exactly_and_a_bad_one_refused():
+    from decimal import Decimal
+
+    from plans.tools import tool
+
+    def fare(city: str) -> int:
+        """A fare."""
+        return 1
+
+    assert tool(cost_usd=0.002)(fare).tool_spec.cost_usd == Decimal("0.002")
+    assert tool(cost_usd="0")(fare).tool_spec.cost_usd == Decimal(0)
+    assert tool(fare).tool_spec.cost_usd is None  # not declared: the forecast says so
+    for bad in (-1, "a dollar", True, float("nan"), [1]):
+        with pytest.raises(TypeError, match=r"cost_usd=\.\.\.\) must be a number of USD"):
+            tool(cost_usd=bad)
+    assert get_registry()["flight_price"].cost_usd == Decimal("0.002")
