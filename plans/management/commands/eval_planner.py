@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import AbstractContextManager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,19 @@ from plans.evals.baseline import (
     baseline_save,
 )
 from plans.evals.cases import DEFAULT_CASES, CasesInvalid, suite_load
-from plans.evals.runner import CaseOutcome, experiment_run, usage_by_purpose
+from plans.evals.runner import (
+    OFFLINE,
+    CaseOutcome,
+    experiment_run,
+    model_settings,
+    usage_by_purpose,
+)
 from plans.llm import Usage
 from plans.llm.pricing import cost_usd, prices_for
 from plans.models import Experiment, Goal
 from plans.ui.charts import terminal_text
 
 EXIT_REGRESSION = 1
-OFFLINE = "offline"
 
 
 class Command(BaseCommand):
@@ -98,7 +102,11 @@ class Command(BaseCommand):
             settings.AGENTSITE_ROUTER if options["router"] is None else options["router"] == "on"
         )
         self.router = bool(router)
-        with _model_settings(model), override_settings(AGENTSITE_ROUTER=router):
+        try:
+            chosen = model_settings(model)
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        with chosen, override_settings(AGENTSITE_ROUTER=router):
             if Goal.Agent.REACT in agents and settings.AGENTSITE_REQUIRE_PLAN_APPROVAL:
                 raise CommandError(
                     "AGENTSITE_REQUIRE_PLAN_APPROVAL is on: the ReAct agent has no plan to "
@@ -268,25 +276,6 @@ def _configured_model() -> str:
     if settings.AGENTSITE_MODEL_BACKEND == OFFLINE:
         return OFFLINE
     return str(settings.AGENTSITE_PLANNER_MODEL)
-
-
-def _model_settings(model: str) -> AbstractContextManager[Any]:
-    """Settings that make every call of this experiment use the model asked for."""
-    if model == OFFLINE:
-        # The shared call-rate limit protects a provider's quota; the offline model has none,
-        # and waiting for it would only make the wall times meaningless.
-        return override_settings(
-            AGENTSITE_MODEL_BACKEND=OFFLINE, AGENTSITE_MODEL_CALLS_PER_MINUTE=0
-        )
-    if not settings.ANTHROPIC_API_KEY:
-        raise CommandError(f"--model {model} needs ANTHROPIC_API_KEY; use --model offline")
-    if model not in settings.AGENTSITE_MODEL_PRICES:
-        raise CommandError(f"--model {model} has no prices in AGENTSITE_MODEL_PRICES")
-    return override_settings(
-        AGENTSITE_MODEL_BACKEND="anthropic",
-        AGENTSITE_PLANNER_MODEL=model,
-        AGENTSITE_ANSWER_MODEL=model,
-    )
 
 
 def _gated(experiments: list[Experiment], baseline: dict[str, Any] | None) -> Experiment | None:

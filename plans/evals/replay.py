@@ -1,0 +1,404 @@
+"""Replaying a past run on a model and prompt version: re-planned and re-answered, with the
+run's recorded tool results standing in for the tools, and diffed against the original.
+
+No tool is ever called: RecordedTools holds only the original's results, keyed by (tool,
+canonical resolved arguments), and has no way to reach a tool's code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from plans import engine
+from plans.engine.plan_diff import ADDED, CHANGED, REMOVED, UNCHANGED
+from plans.evals.runner import prompt_version, run_model_usage
+from plans.llm import Completion, ModelError, Usage, get_model, model_for
+from plans.llm.pricing import cost_usd, prices_for
+from plans.llm.prompts import answer_request, planner_request, repair_request
+from plans.models import Run, Step, ToolCall
+from plans.runtime.planning import direct_answer, plan_from_completion
+from plans.tools import get_registry, tool_catalog_for_prompt
+
+RECORDED = "recorded"
+NOT_RECORDED = "not recorded"
+UNRESOLVED = "unresolved"
+NOT_RECORDED_ERROR = (
+    "not recorded: the original run did not make this call, so replay has no result"
+)
+
+
+class ReplayError(Exception):
+    """The replay cannot be made as asked (wrong prompt version, unknown run, model failed)."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    status: str  # "succeeded" or "failed", as the original call ended
+    result: Any
+    error: str
+
+
+class RecordedTools:
+    """The original run's tool outcomes by (tool, canonical resolved args); serves, never calls."""
+
+    def __init__(self, run: Run) -> None:
+        self._by_call: dict[str, Recorded] = {}
+        # Failed attempts first, so a later success of the same call wins.
+        for call in ToolCall.objects.filter(run=run).order_by("-error", "attempt"):
+            self._by_call[engine.args_sha256(call.tool, call.args)] = Recorded(
+                status="failed" if call.error else "succeeded",
+                result=call.result,
+                error=call.error,
+            )
+        # A step that took an earlier version's result made no call of its own, but has one.
+        for step in Step.objects.filter(plan__run=run, status=Step.Status.SUCCEEDED):
+            args = step.resolved_args if step.resolved_args is not None else step.args
+            self._by_call[engine.args_sha256(step.tool, args)] = Recorded(
+                status="succeeded", result=step.result, error=""
+            )
+
+    def serve(self, tool: str, args: Mapping[str, Any]) -> Recorded | None:
+        """The recorded outcome of this exact call, or None when the original never made it."""
+        return self._by_call.get(engine.args_sha256(tool, args))
+
+
+@dataclass
+class ReplayStep:
+    id: int
+    tool: str
+    args: Any  # as planned, placeholders included
+    resolved_args: Any  # None when it could not be resolved
+    status: str  # recorded: the recorded call's status; else "not recorded" or "unresolved"
+    result: Any = None
+    error: str = ""
+    depends_on: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "args": self.args,
+            "resolved_args": self.resolved_args,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "depends_on": self.depends_on,
+        }
+
+
+@dataclass
+class Replay:
+    """A replay's plan, calls, answer and usage, with the original's beside them."""
+
+    run_id: int
+    model: str
+    prompt_version: str
+    route: str
+    plan_problems: list[str]
+    steps: list[ReplayStep]
+    answer: str
+    usage: Usage
+    model_calls: int
+    cost_usd: Decimal
+    original: dict[str, Any]
+
+    @property
+    def not_recorded(self) -> list[ReplayStep]:
+        return [s for s in self.steps if s.status == NOT_RECORDED]
+
+    def diff(self) -> dict[str, Any]:
+        """Plan, arguments, answer, calls, tokens and cost: the original's against the replay's."""
+        old = self.original
+        old_steps = {s["id"]: s for s in old["steps"]}
+        plan = []
+        for step_id in sorted(old_steps.keys() | {s.id for s in self.steps}):
+            before = old_steps.get(step_id)
+            after = next((s for s in self.steps if s.id == step_id), None)
+            if before is None:
+                change = ADDED
+            elif after is None:
+                change = REMOVED
+            elif before["tool"] != after.tool or before["resolved_args"] != after.resolved_args:
+                change = CHANGED
+            else:
+                change = UNCHANGED
+            plan.append(
+                {
+                    "step": step_id,
+                    "change": change,
+                    "original": (
+                        {"tool": before["tool"], "args": before["resolved_args"]}
+                        if before
+                        else None
+                    ),
+                    "replay": (
+                        {"tool": after.tool, "args": after.resolved_args, "status": after.status}
+                        if after
+                        else None
+                    ),
+                }
+            )
+        old_calls = {_call_key(c["tool"], c["args"]): c for c in old["calls"]}
+        new_calls = {
+            _call_key(s.tool, s.resolved_args): {"tool": s.tool, "args": s.resolved_args}
+            for s in self.steps
+            if s.resolved_args is not None
+        }
+        tokens = {
+            name: {"original": old["tokens"][name], "replay": getattr(self.usage, name)}
+            for name in old["tokens"]
+        }
+        return {
+            "plan": plan,
+            "calls": {
+                "only_original": [old_calls[k] for k in sorted(old_calls.keys() - new_calls)],
+                "only_replay": [new_calls[k] for k in sorted(new_calls.keys() - old_calls)],
+                "both": len(old_calls.keys() & new_calls.keys()),
+                "not_recorded": [
+                    {"step": s.id, "tool": s.tool, "args": s.resolved_args}
+                    for s in self.not_recorded
+                ],
+            },
+            "answer": {
+                "same": old["answer"] == self.answer,
+                "original": old["answer"],
+                "replay": self.answer,
+                "unified": list(
+                    difflib.unified_diff(
+                        old["answer"].splitlines(),
+                        self.answer.splitlines(),
+                        "original",
+                        "replay",
+                        lineterm="",
+                    )
+                ),
+            },
+            "model_calls": {"original": old["model_calls"], "replay": self.model_calls},
+            "tokens": tokens,
+            "cost_usd": {"original": str(old["cost_usd"]), "replay": str(self.cost_usd)},
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "model": self.model,
+            "prompt_version": self.prompt_version,
+            "route": self.route,
+            "plan_problems": self.plan_problems,
+            "steps": [s.as_json() for s in self.steps],
+            "diff": self.diff(),
+        }
+
+
+def _call_key(tool: str, args: Any) -> str:
+    return engine.args_sha256(tool, args if isinstance(args, Mapping) else {})
+
+
+def run_original(run: Run) -> dict[str, Any]:
+    """What the run did: its last plan's steps, its tool calls, answer, and recorded usage."""
+    plan = run.plans.order_by("-version").first()
+    steps = []
+    if plan is not None:
+        for step in plan.steps.order_by("step_id"):
+            steps.append(
+                {
+                    "id": step.step_id,
+                    "tool": step.tool,
+                    "resolved_args": (
+                        step.resolved_args if step.resolved_args is not None else step.args
+                    ),
+                }
+            )
+    calls = [
+        {"tool": tool, "args": args}
+        for tool, args in ToolCall.objects.filter(run=run)
+        .order_by("started_at", "pk")
+        .values_list("tool", "args")
+    ]
+    usage = run_model_usage(run)
+    return {
+        "steps": steps,
+        "calls": calls,
+        "answer": run.answer,
+        "model_calls": usage["model_calls"],
+        "cost_usd": usage["cost_usd"],
+        "tokens": {
+            "input_tokens": usage["input_tokens"],
+            "output_tokens": usage["output_tokens"],
+            "cache_read_tokens": usage["cache_read_tokens"],
+            "cache_write_tokens": usage["cache_write_tokens"],
+        },
+    }
+
+
+def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
+    """Re-plan and re-answer the run on the configured model; its tools are served as recorded.
+
+    The model is the configured one (evals.runner.model_settings selects it); the prompt version
+    must be the one this code's prompts hash to, as a replay cannot run prompts it does not have.
+    """
+    current = prompt_version()
+    if wanted_prompt_version not in ("current", current):
+        raise ReplayError(
+            f"prompt version {wanted_prompt_version!r} is not available here: this checkout's "
+            f"prompts are version {current} (pass it, or 'current'); check out the code of "
+            "another version to replay on it"
+        )
+    tools = RecordedTools(run)
+    chat = get_model()
+    calls: list[tuple[Completion, str]] = []
+
+    def call(request: Any) -> Completion:
+        try:
+            completion = chat.complete(request)
+        except ModelError as error:
+            raise ReplayError(f"the {request.purpose} call failed: {error}") from error
+        calls.append((completion, request.model))
+        return completion
+
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
+    router = bool(settings.AGENTSITE_ROUTER)
+    request = planner_request(
+        goal=run.goal.text,
+        catalog=tool_catalog_for_prompt(registry),
+        max_steps=max_steps,
+        model=model_for("plan"),
+        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
+        router=router,
+    )
+    completion = call(request)
+    plan, problems, data = plan_from_completion(completion, request, max_steps=max_steps)
+    declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
+    answer = direct_answer(data) if router and problems else ""
+    route = "answer" if answer else "refuse" if declined else "plan"
+    steps: list[ReplayStep] = []
+    if problems and not declined and not answer:
+        repair = repair_request(request, bad_output=completion.text, problems=problems)
+        completion = call(repair)
+        plan, problems, _ = plan_from_completion(completion, repair, max_steps=max_steps)
+    if plan is not None and not problems:
+        steps = replay_steps(plan, tools)
+        answer_call = answer_request(
+            goal=run.goal.text,
+            plan={"steps": [_planned_json(s) for s in steps]},
+            outcomes=[
+                {
+                    "id": s.id,
+                    "tool": s.tool,
+                    "args": s.resolved_args if s.resolved_args is not None else s.args,
+                    "status": s.status if s.status != RECORDED else "succeeded",
+                    "result": s.result,
+                    "error": s.error,
+                }
+                for s in steps
+            ],
+            model=model_for("answer"),
+        )
+        answer = call(answer_call).text
+    elif declined:
+        answer = str(data.get("reason", ""))
+    usage = sum((c.usage for c, _ in calls), Usage())
+    return Replay(
+        run_id=run.pk,
+        model=model_for("plan"),
+        prompt_version=current,
+        route=route,
+        plan_problems=[] if declined else problems,
+        steps=steps,
+        answer=answer,
+        usage=usage,
+        model_calls=len(calls),
+        cost_usd=sum((cost_usd(c.usage, prices_for(m)) for c, m in calls), Decimal(0)),
+        original=run_original(run),
+    )
+
+
+def replay_steps(plan: engine.Plan, tools: RecordedTools) -> list[ReplayStep]:
+    """Each step in dependency order, its arguments resolved from earlier served results."""
+    results: dict[int, Any] = {}
+    done: dict[int, ReplayStep] = {}
+    for step_id in engine.topological_order(plan):
+        planned = plan.step(step_id)
+        step = ReplayStep(
+            id=planned.id,
+            tool=planned.tool,
+            args=planned.args,
+            resolved_args=None,
+            status=UNRESOLVED,
+            depends_on=list(planned.depends_on),
+        )
+        done[step_id] = step
+        missing = [d for d in planned.depends_on if d not in results]
+        if missing:
+            step.error = f"depends on step {missing[0]}, which has no result in the replay"
+            continue
+        try:
+            step.resolved_args = engine.resolve(planned.args, results)
+        except (engine.UnresolvedPlaceholder, engine.MissingPath) as error:
+            step.error = str(error)
+            continue
+        served = tools.serve(planned.tool, step.resolved_args)
+        if served is None:
+            step.status = NOT_RECORDED
+            step.error = NOT_RECORDED_ERROR
+            continue
+        step.status = RECORDED if served.status == "succeeded" else "failed"
+        step.result, step.error = served.result, served.error
+        if served.status == "succeeded":
+            results[step_id] = served.result
+    return [done[s] for s in sorted(done)]
+
+
+def _planned_json(step: ReplayStep) -> dict[str, Any]:
+    return {"id": step.id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
+
+
+def replay_lines(replay: Replay) -> list[str]:
+    """The diff as text lines, for the terminal (callers strip hidden characters)."""
+    diff = replay.diff()
+    lines = [
+        f"replay of run {replay.run_id} on {replay.model}, prompts {replay.prompt_version}: "
+        f"route {replay.route}, no tool called"
+    ]
+    lines += [f"  plan problem: {problem}" for problem in replay.plan_problems]
+    lines.append("plan (original -> replay):")
+    for row in diff["plan"]:
+        before, after = row["original"], row["replay"]
+        old = f"{before['tool']} {_compact(before['args'])}" if before else "-"
+        new = f"{after['tool']} {_compact(after['args'])} [{after['status']}]" if after else "-"
+        if row["change"] == UNCHANGED:
+            lines.append(f"  step {row['step']} unchanged: {new}")
+        else:
+            lines.append(f"  step {row['step']} {row['change']}: {old} -> {new}")
+    calls = diff["calls"]
+    lines.append(
+        f"calls: {calls['both']} in both, {len(calls['only_original'])} only in the original, "
+        f"{len(calls['only_replay'])} only in the replay"
+    )
+    lines += [f"  - {c['tool']} {_compact(c['args'])}" for c in calls["only_original"]]
+    lines += [f"  + {c['tool']} {_compact(c['args'])}" for c in calls["only_replay"]]
+    lines += [
+        f"  step {c['step']} {c['tool']} {_compact(c['args'])}: {NOT_RECORDED}"
+        for c in calls["not_recorded"]
+    ]
+    answer = diff["answer"]
+    lines.append("answer: the same" if answer["same"] else "answer (original -> replay):")
+    lines += [f"  {line}" for line in answer["unified"]]
+    calls_row = diff["model_calls"]
+    lines.append(f"model calls: {calls_row['original']} -> {calls_row['replay']}")
+    for name, row in diff["tokens"].items():
+        lines.append(f"{name.replace('_', ' ')}: {row['original']} -> {row['replay']}")
+    lines.append(f"cost: ${replay.original['cost_usd']:.6f} -> ${replay.cost_usd:.6f}")
+    return lines
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

@@ -1,0 +1,134 @@
+"""manage.py replay: a past run re-planned and re-answered on recorded tool results, no tool
+called, and diffed against the original."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from plans.demo.seeding import runs_seed
+from plans.evals.replay import NOT_RECORDED, run_replay
+from plans.evals.runner import model_settings
+from plans.llm.offline import REFUND_GOAL
+from plans.models import Approval, LedgerEntry, Run, ToolCall
+from plans.runtime.advance import advance_run
+from plans.services.approvals import approval_decide
+from plans.services.runs import run_create
+from plans.tools.registry import ToolSpec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def forbid_tools(monkeypatch):
+    """From here on, any dispatch to a tool's code fails the test (a guard, not a stand-in)."""
+
+    def refuse(self, args, *, idempotency_key):
+        raise AssertionError(f"replay called the tool {self.name}")
+
+    monkeypatch.setattr(ToolSpec, "call", refuse)
+
+
+def decide_everything(run, reviewer, *, approve):
+    for _ in range(10):
+        run.refresh_from_db()
+        if run.status != Run.Status.AWAITING_APPROVAL:
+            return run
+        for approval in Approval.objects.filter(run=run, decision="pending"):
+            approval_decide(
+                approval=approval,
+                reviewer=reviewer,
+                approve=approve,
+                reason="" if approve else "no",
+            )
+    raise AssertionError(f"run {run.pk} still waits: {run.status}")
+
+
+def replay_json(run_id, *extra):
+    out = StringIO()
+    call_command("replay", str(run_id), "--model", "offline", "--json", *extra, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_a_seeded_refund_run_replays_without_calling_a_tool_and_shows_its_diff(monkeypatch):
+    runs_seed(count=40, seed=3)
+    forbid_tools(monkeypatch)
+    run = Run.objects.filter(status="completed", goal__text__startswith="Refund order").first()
+    assert run is not None, "the seeding made no completed refund run"
+    ledger, calls = LedgerEntry.objects.count(), ToolCall.objects.count()
+
+    out = StringIO()
+    call_command(
+        "replay", str(run.pk), "--model", "offline", "--prompt-version", "current", stdout=out
+    )
+    text = out.getvalue()
+
+    assert LedgerEntry.objects.count() == ledger  # the shop ledger is unchanged
+    assert ToolCall.objects.count() == calls
+    assert f"replay of run {run.pk} on offline" in text
+    assert "step 2 unchanged: issue_refund" in text
+    assert "0 only in the original, 0 only in the replay" in text
+    assert "model calls: 2 -> 2" in text
+    assert "answer (original -> replay):" in text  # the seeder's answer is not the model's
+    assert "cost: $0.0" in text
+
+
+def test_a_live_refund_replays_on_its_recorded_results_and_the_ledger_is_unchanged(
+    author, reviewer, monkeypatch
+):
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    run = decide_everything(run, reviewer, approve=True)
+    assert run.status == "completed"
+    ledger = list(LedgerEntry.objects.values_list("pk", "idempotency_key"))
+    assert len(ledger) >= 1
+    calls = ToolCall.objects.count()
+    forbid_tools(monkeypatch)
+    replay = replay_json(run.pk)
+
+    assert list(LedgerEntry.objects.values_list("pk", "idempotency_key")) == ledger
+    assert ToolCall.objects.count() == calls
+    diff = replay["diff"]
+    assert {row["change"] for row in diff["plan"]} == {"unchanged"}
+    assert [s["status"] for s in replay["steps"]] == ["recorded"] * len(replay["steps"])
+    assert diff["calls"]["only_original"] == diff["calls"]["only_replay"] == []
+    assert diff["answer"]["same"] is True
+    assert diff["model_calls"] == {"original": 2, "replay": 2}
+    assert diff["tokens"]["output_tokens"]["replay"] > 0
+
+
+def test_a_step_the_original_never_called_is_not_recorded(author, reviewer, monkeypatch):
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    # The reviewer declined the refund: the original never issued it (nor sent the email).
+    run = decide_everything(run, reviewer, approve=False)
+    assert not ToolCall.objects.filter(run=run, tool="issue_refund").exists()
+    forbid_tools(monkeypatch)
+
+    replay = replay_json(run.pk)
+
+    steps = {s["tool"]: s for s in replay["steps"]}
+    assert steps["order_total"]["status"] == "recorded"
+    assert steps["issue_refund"]["status"] == NOT_RECORDED
+    assert steps["issue_refund"]["resolved_args"]["order_id"] == "A-1001"
+    assert steps["send_email"]["status"] == "unresolved"  # it needs the refund's result
+    not_recorded = replay["diff"]["calls"]["not_recorded"]
+    assert [c["tool"] for c in not_recorded] == ["issue_refund"]
+    assert replay["diff"]["calls"]["only_replay"][0]["tool"] == "issue_refund"
+    assert LedgerEntry.objects.count() == 0
+
+
+def test_a_prompt_version_this_code_does_not_have_is_a_clear_error(author):
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    with pytest.raises(CommandError, match="prompt version 'abc123' is not available"):
+        call_command("replay", str(run.pk), "--model", "offline", "--prompt-version", "abc123")
+    with pytest.raises(CommandError, match="There is no run 999999"):
+        call_command("replay", "999999", "--model", "offline")
+
+
+def test_the_replay_serves_no_tool_it_was_not_given(author):
+    run = run_create(author=author, goal_text=REFUND_GOAL)  # never advanced: nothing recorded
+    with model_settings("offline"):
+        replay = run_replay(run=run, wanted_prompt_version="current")
+    assert [s.status for s in replay.steps] == [NOT_RECORDED, "unresolved", "unresolved"]
+    assert replay.original["calls"] == []
