@@ -8,21 +8,25 @@ canonical resolved arguments), and has no way to reach a tool's code.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from plans import engine
 from plans.engine.plan_diff import ADDED, CHANGED, REMOVED, UNCHANGED
-from plans.evals.runner import prompt_version, run_model_usage
+from plans.evals.runner import experiment_summarise, prompt_version, run_model_usage
 from plans.llm import Completion, ModelError, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, prices_for
 from plans.llm.prompts import answer_request, planner_request, repair_request
-from plans.models import Run, Step, ToolCall
+from plans.models import EvalResult, Experiment, Goal, Run, Step, ToolCall
 from plans.runtime.planning import direct_answer, plan_from_completion
 from plans.tools import get_registry, tool_catalog_for_prompt
 
@@ -402,3 +406,133 @@ def replay_lines(replay: Replay) -> list[str]:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+# eval_planner --from-runs QUERY: which past runs become replay cases.
+QUERY_KEYS = ("status", "tool", "days", "limit")
+DEFAULT_LIMIT = 50
+REPLAY_CATEGORY = "replay"
+
+
+def runs_query_parse(text: str) -> dict[str, Any]:
+    """ "status=completed,tool=issue_refund,days=7,limit=20" as a dict; ValueError naming a bad
+    part. Every key is optional; limit defaults to 50."""
+    query: dict[str, Any] = {"limit": DEFAULT_LIMIT}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise ValueError(f"--from-runs: {part!r} is not key=value")
+        if key not in QUERY_KEYS:
+            raise ValueError(f"--from-runs: unknown key {key!r}; use {', '.join(QUERY_KEYS)}")
+        if key == "status" and value not in Run.Status.values:
+            raise ValueError(
+                f"--from-runs: status {value!r} is not one of {', '.join(Run.Status.values)}"
+            )
+        if key in ("days", "limit"):
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(
+                    f"--from-runs: {key} must be a whole number above 0, not {value!r}"
+                )
+            query[key] = int(value)
+        else:
+            query[key] = value
+    return query
+
+
+def runs_for_query(query: Mapping[str, Any]) -> list[Run]:
+    """The plan-and-execute runs (eval runs left out) the query selects, newest first."""
+    runs = Run.objects.filter(experiment__isnull=True, goal__agent=Goal.Agent.PLAN_EXECUTE)
+    if "status" in query:
+        runs = runs.filter(status=query["status"])
+    if "tool" in query:
+        runs = runs.filter(tool_calls__tool=query["tool"]).distinct()
+    if "days" in query:
+        runs = runs.filter(created_at__gte=timezone.now() - timedelta(days=query["days"]))
+    return list(runs.select_related("goal").order_by("-pk")[: query["limit"]])
+
+
+def replay_failures(replay: Replay) -> list[str]:
+    """Why a replay case fails: an invalid plan, a call without a record, a call the original
+    made and the replay dropped (or the reverse), no answer."""
+    diff = replay.diff()
+    failures = [f"plan: {problem}" for problem in replay.plan_problems]
+    failures += [
+        f"step {s.id} {s.tool}: {s.status}"
+        for s in replay.steps
+        if s.status in (NOT_RECORDED, UNRESOLVED)
+    ]
+    failures += [
+        f"call dropped: {c['tool']} {_compact(c['args'])}" for c in diff["calls"]["only_original"]
+    ]
+    failures += [
+        f"call added: {c['tool']} {_compact(c['args'])}"
+        for c in diff["calls"]["only_replay"]
+        if not any(
+            n["tool"] == c["tool"] and n["args"] == c["args"] for n in diff["calls"]["not_recorded"]
+        )
+    ]
+    if not replay.answer.strip():
+        failures.append("answer: the replay gave none")
+    return failures
+
+
+def experiment_from_runs(
+    *,
+    query_text: str,
+    model: str,
+    label: str = "",
+    on_result: Callable[[EvalResult], None] | None = None,
+) -> Experiment:
+    """Each run the query selects replayed as a case (category "replay"), recorded and
+    summarised as an experiment, so the gate can compare it with a baseline."""
+    query = runs_query_parse(query_text)
+    runs = runs_for_query(query)
+    if not runs:
+        raise ValueError(f"--from-runs {query_text!r} selects no runs")
+    experiment = Experiment.objects.create(
+        label=label,
+        agent=Goal.Agent.PLAN_EXECUTE,
+        model=model,
+        prompt_version=prompt_version(),
+        cases_file=f"runs: {query_text}"[-300:],
+        # The same runs make the same suite.
+        cases_version=hashlib.sha256(",".join(str(r.pk) for r in runs).encode()).hexdigest()[:12],
+    )
+    started = time.perf_counter()
+    for run in runs:
+        case_started = time.perf_counter()
+        try:
+            replay = run_replay(run=run, wanted_prompt_version="current")
+        except ReplayError as error:
+            result = EvalResult.objects.create(
+                experiment=experiment,
+                case_id=f"run-{run.pk}",
+                category=REPLAY_CATEGORY,
+                run=run,
+                passed=False,
+                failures=[f"replay: {error}"],
+            )
+        else:
+            result = EvalResult.objects.create(
+                experiment=experiment,
+                case_id=f"run-{run.pk}",
+                category=REPLAY_CATEGORY,
+                run=run,
+                passed=not (failures := replay_failures(replay)),
+                failures=failures,
+                model_calls=replay.model_calls,
+                input_tokens=replay.usage.input_tokens,
+                output_tokens=replay.usage.output_tokens,
+                cache_read_tokens=replay.usage.cache_read_tokens,
+                cache_write_tokens=replay.usage.cache_write_tokens,
+                cost_usd=replay.cost_usd,
+                wall_ms=round((time.perf_counter() - case_started) * 1000),
+            )
+        if on_result is not None:
+            on_result(result)
+    experiment_summarise(experiment, categories=[REPLAY_CATEGORY])
+    experiment.wall_ms = round((time.perf_counter() - started) * 1000)
+    experiment.finished_at = timezone.now()
+    experiment.save()
+    return experiment

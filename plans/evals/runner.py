@@ -98,7 +98,7 @@ def experiment_run(
             )
             if on_case is not None:
                 on_case(CaseOutcome(case=case, attempt=attempt, result=result))
-    experiment_summarise(experiment, suite=suite)
+    experiment_summarise(experiment, categories=suite.categories)
     experiment.wall_ms = round((time.perf_counter() - started) * 1000)
     experiment.finished_at = timezone.now()
     experiment.save()
@@ -234,11 +234,11 @@ def usage_by_purpose(experiment: Experiment) -> dict[str, dict[str, Any]]:
     return report
 
 
-def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:
+def experiment_summarise(experiment: Experiment, *, categories: list[str]) -> None:
     """Per category and overall pass rates (with Wilson intervals) and summed usage."""
     results = list(experiment.results.all())
     summary: dict[str, Any] = {"categories": {}, "overall": {}}
-    for category in suite.categories:
+    for category in categories:
         mine = [r for r in results if r.category == category]
         summary["categories"][category] = _rate(mine).as_json()
     overall = _rate(results)

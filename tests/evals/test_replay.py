@@ -132,3 +132,73 @@ def test_the_replay_serves_no_tool_it_was_not_given(author):
         replay = run_replay(run=run, wanted_prompt_version="current")
     assert [s.status for s in replay.steps] == [NOT_RECORDED, "unresolved", "unresolved"]
     assert replay.original["calls"] == []
+
+
+def test_eval_planner_from_runs_replays_the_selected_runs_as_gated_cases(
+    author, reviewer, monkeypatch, tmp_path
+):
+    approved = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(approved.pk)
+    decide_everything(approved, reviewer, approve=True)
+    declined = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(declined.pk)
+    declined = decide_everything(declined, reviewer, approve=False)
+    ledger = LedgerEntry.objects.count()
+    forbid_tools(monkeypatch)
+    baseline = tmp_path / "replay.json"
+
+    out = StringIO()
+    call_command(
+        "eval_planner",
+        "--model",
+        "offline",
+        "--from-runs",
+        "status=completed,tool=issue_refund,days=7",
+        "--save-baseline",
+        str(baseline),
+        stdout=out,
+    )
+    text = out.getvalue()
+    assert f"PASS run-{approved.pk}" in text
+    assert f"run-{declined.pk}" not in text  # not completed, and it never called issue_refund
+    assert json.loads(baseline.read_text())["categories"]["replay"]["rate"] == 1.0
+
+    out = StringIO()
+    call_command(
+        "eval_planner",
+        "--model",
+        "offline",
+        "--from-runs",
+        f"status={declined.status}",
+        stdout=out,
+    )
+    assert f"FAIL run-{declined.pk}" in out.getvalue()
+    assert "step 2 issue_refund: not recorded" in out.getvalue()
+    assert LedgerEntry.objects.count() == ledger
+
+    with pytest.raises(SystemExit):  # the declined run's replay fails the gate
+        call_command(
+            "eval_planner",
+            "--model",
+            "offline",
+            "--from-runs",
+            "tool=order_total",
+            "--baseline",
+            str(baseline),
+            stdout=StringIO(),
+        )
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("colour=red", "unknown key 'colour'"),
+        ("status=done", "status 'done' is not one of"),
+        ("days=-1", "days must be a whole number above 0"),
+        ("status", "'status' is not key=value"),
+        ("status=completed", "selects no runs"),
+    ],
+)
+def test_a_bad_runs_query_is_a_clear_error(query, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("eval_planner", "--model", "offline", "--from-runs", query, stdout=StringIO())
