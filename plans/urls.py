@@ -9,6 +9,7 @@ from plans.views import (
     goals,
     mcp,
     questions,
+    replays,
     runs,
     webhooks,
 )
@@ -28,6 +29,12 @@ urlpatterns = [
     path("runs/<int:run_id>/fork/check/", forks.fork_check, name="run_fork_check"),
     path("runs/<int:run_id>/audit/", runs.run_audit, name="run_audit"),
     path("runs/<int:run_id>/export.json", runs.run_export, name="run_export"),
+    path("runs/<int:run_id>/replays/", replays.run_replays, name="run_replays"),
+    path(
+        "runs/<int:run_id>/replays/<int:replay_id>/",
+        replays.run_replay_view,
+        name="run_replay",
+    ),
     path("approvals/", approvals.inbox, name="inbox"),
     path("approvals/decide/", approvals.decide, name="decide"),
     path("questions/<int:question_id>/answer/", questions.answer, name="question_answer"),

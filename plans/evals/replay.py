@@ -26,7 +26,7 @@ from plans.evals.runner import experiment_summarise, prompt_version, run_model_u
 from plans.llm import Completion, ModelError, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, prices_for
 from plans.llm.prompts import answer_request, planner_request, repair_request
-from plans.models import EvalResult, Experiment, Goal, Run, Step, ToolCall
+from plans.models import EvalResult, Experiment, Goal, Run, RunReplay, Step, ToolCall
 from plans.runtime.planning import direct_answer, plan_from_completion
 from plans.tools import get_registry, tool_catalog_for_prompt
 
@@ -322,6 +322,23 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
         model_calls=len(calls),
         cost_usd=sum((cost_usd(c.usage, prices_for(m)) for c, m in calls), Decimal(0)),
         original=run_original(run),
+    )
+
+
+def replay_save(replay: Replay, *, requested_by: Any = None) -> RunReplay:
+    """The replay kept with its run, its diff to be read on the replay page later."""
+    data = replay.as_json()
+    return RunReplay.objects.create(
+        run_id=replay.run_id,
+        requested_by=requested_by,
+        model=replay.model[:100],
+        prompt_version=replay.prompt_version,
+        route=replay.route,
+        steps=engine.storable(data["steps"]),
+        diff=engine.storable(json.loads(json.dumps(data["diff"], default=str))),
+        not_recorded=len(replay.not_recorded),
+        model_calls=replay.model_calls,
+        cost_usd=replay.cost_usd,
     )
 
 

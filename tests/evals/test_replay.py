@@ -202,3 +202,51 @@ def test_eval_planner_from_runs_replays_the_selected_runs_as_gated_cases(
 def test_a_bad_runs_query_is_a_clear_error(query, message):
     with pytest.raises(CommandError, match=message):
         call_command("eval_planner", "--model", "offline", "--from-runs", query, stdout=StringIO())
+
+
+def test_an_operator_replays_a_run_from_its_page_and_reads_the_stored_diff_later(
+    author, reviewer, client, django_user_model, monkeypatch
+):
+    from django.urls import reverse
+
+    from plans.models import RunReplay
+    from plans.roles import roles_ensure
+
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    run = decide_everything(run, reviewer, approve=False)  # the refund was never issued
+    forbid_tools(monkeypatch)
+    operator = django_user_model.objects.create_user("otto", password="otto-pass-123")
+    operator.groups.add(roles_ensure()["operators"])
+
+    client.force_login(reviewer)  # sees every run, but is no operator
+    page = client.get(reverse("plans:run_detail", args=[run.pk]))
+    assert reverse("plans:run_replays", args=[run.pk]) in page.content.decode()
+    assert client.post(reverse("plans:run_replays", args=[run.pk])).status_code == 403
+    assert b"Replay on" not in client.get(reverse("plans:run_replays", args=[run.pk])).content
+
+    client.force_login(operator)
+    response = client.post(reverse("plans:run_replays", args=[run.pk]))
+    stored = RunReplay.objects.get(run=run)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("plans:run_replay", args=[run.pk, stored.pk])
+    assert stored.requested_by == operator and stored.not_recorded == 1
+    assert LedgerEntry.objects.count() == 0
+
+    client.force_login(reviewer)  # anyone who sees the run reads its replays
+    listing = client.get(reverse("plans:run_replays", args=[run.pk])).content.decode()
+    assert f"#{stored.pk}" in listing and "otto" in listing
+    page = client.get(reverse("plans:run_replay", args=[run.pk, stored.pk])).content.decode()
+    assert "step 2 issue_refund: not recorded" in " ".join(page.split())
+    assert "only in the replay" in page
+
+
+def test_the_command_stores_its_replay(author):
+    from plans.models import RunReplay
+
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    out = StringIO()
+    call_command("replay", str(run.pk), "--model", "offline", stdout=out)
+    stored = RunReplay.objects.get(run=run)
+    assert f"stored as replay {stored.pk}: /runs/{run.pk}/replays/{stored.pk}/" in out.getvalue()
+    assert stored.model == "offline" and stored.diff["plan"]

@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
-from plans.evals.replay import ReplayError, replay_lines, run_replay
+from plans.evals.replay import ReplayError, replay_lines, replay_save, run_replay
 from plans.evals.runner import model_settings
 from plans.models import Run
 from plans.ui.charts import terminal_text
@@ -39,9 +40,13 @@ class Command(BaseCommand):
                 replay = run_replay(run=run, wanted_prompt_version=options["prompt_version"])
         except (ValueError, ReplayError) as error:
             raise CommandError(str(error)) from error
+        stored = replay_save(replay)
         if options["json"]:
-            self.stdout.write(json.dumps(replay.as_json(), indent=2, default=str))
+            data = {**replay.as_json(), "replay_id": stored.pk}
+            self.stdout.write(json.dumps(data, indent=2, default=str))
             return
         # The lines quote the model's and the tools' text.
         for line in replay_lines(replay):
             self.stdout.write(terminal_text(line))
+        path = reverse("plans:run_replay", args=[run.pk, stored.pk])
+        self.stdout.write(f"stored as replay {stored.pk}: {path}")
