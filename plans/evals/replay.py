@@ -56,10 +56,12 @@ class RecordedTools:
         self._by_call: dict[str, Recorded] = {}
         # Failed attempts first, so a later success of the same call wins.
         for call in ToolCall.objects.filter(run=run).order_by("-error", "attempt"):
+            # A call past its time limit whose reply came late did take effect, with that result.
+            late = bool(call.error and call.late_arrived_at and not call.late_error)
             self._by_call[engine.args_sha256(call.tool, call.args)] = Recorded(
-                status="failed" if call.error else "succeeded",
-                result=call.result,
-                error=call.error,
+                status="failed" if call.error and not late else "succeeded",
+                result=call.late_result if late else call.result,
+                error="" if late else call.error,
             )
         # A step that took an earlier version's result made no call of its own, but has one.
         for step in Step.objects.filter(plan__run=run, status=Step.Status.SUCCEEDED):
@@ -248,6 +250,11 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
     The model is the configured one (evals.runner.model_settings selects it); the prompt version
     must be the one this code's prompts hash to, as a replay cannot run prompts it does not have.
     """
+    if run.goal.agent != Goal.Agent.PLAN_EXECUTE:
+        raise ReplayError(
+            f"run {run.pk} was run by the {run.goal.agent} agent; replay re-plans "
+            "plan-and-execute runs only"
+        )
     current = prompt_version()
     if wanted_prompt_version not in ("current", current):
         raise ReplayError(

@@ -11,7 +11,7 @@ from plans.demo.seeding import runs_seed
 from plans.evals.replay import NOT_RECORDED, run_replay
 from plans.evals.runner import model_settings
 from plans.llm.offline import REFUND_GOAL
-from plans.models import Approval, LedgerEntry, Run, ToolCall
+from plans.models import Approval, Goal, LedgerEntry, Run, ToolCall
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
@@ -124,6 +124,9 @@ def test_a_prompt_version_this_code_does_not_have_is_a_clear_error(author):
         call_command("replay", str(run.pk), "--model", "offline", "--prompt-version", "abc123")
     with pytest.raises(CommandError, match="There is no run 999999"):
         call_command("replay", "999999", "--model", "offline")
+    react = run_create(author=author, goal_text=REFUND_GOAL, agent=Goal.Agent.REACT)
+    with pytest.raises(CommandError, match="replay re-plans plan-and-execute runs only"):
+        call_command("replay", str(react.pk), "--model", "offline")
 
 
 def test_the_replay_serves_no_tool_it_was_not_given(author):
@@ -250,3 +253,31 @@ def test_the_command_stores_its_replay(author):
     stored = RunReplay.objects.get(run=run)
     assert f"stored as replay {stored.pk}: /runs/{run.pk}/replays/{stored.pk}/" in out.getvalue()
     assert stored.model == "offline" and stored.diff["plan"]
+
+
+def test_a_call_that_timed_out_but_replied_late_is_served_its_late_result(
+    author, reviewer, monkeypatch
+):
+    from django.utils import timezone
+
+    from plans.models import Step
+
+    run = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(run.pk)
+    run = decide_everything(run, reviewer, approve=True)
+    call = ToolCall.objects.get(run=run, tool="issue_refund")
+    took = call.result
+    # As a refund past its time limit is recorded: outcome unknown, then its late reply.
+    ToolCall.objects.filter(pk=call.pk).update(
+        error="timed out after 30 s; outcome unknown",
+        result=None,
+        late_result=took,
+        late_arrived_at=timezone.now(),
+    )
+    Step.objects.filter(pk=call.step_id).update(status="failed", result=None)
+    forbid_tools(monkeypatch)
+
+    steps = {s["tool"]: s for s in replay_json(run.pk)["steps"]}
+
+    assert steps["issue_refund"]["status"] == "recorded"
+    assert steps["issue_refund"]["result"] == took
