@@ -1088,3 +1088,28 @@ from plans.notifications.models import (  # noqa: E402, F401
     NotificationPreference,
     WebhookEndpoint,
 )
+
+
+class RunReplay(models.Model):
+    """A past run re-planned and re-answered on recorded tool results (plans.evals.replay):
+    no tool was called; its diff against the original is kept to be read later."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="replays")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    model = models.CharField(max_length=100)
+    prompt_version = models.CharField(max_length=40)
+    route = models.CharField(max_length=20)
+    steps = models.JSONField(default=list)
+    diff = models.JSONField(default=dict)
+    not_recorded = models.PositiveIntegerField(default=0)
+    model_calls = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, default=Decimal(0))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of run {self.run_id} on {self.model}"

@@ -13,7 +13,12 @@ DECIDE = "plans.decide_approval"
 ROLE_PERMISSIONS = {
     "authors": ["plans.add_goal"],
     "reviewers": [DECIDE, "plans.view_all_runs"],
-    "operators": ["plans.view_all_runs", "plans.view_costs", "plans.manage_webhooks"],
+    "operators": [
+        "plans.view_all_runs",
+        "plans.view_costs",
+        "plans.manage_webhooks",
+        "plans.add_runreplay",  # replays make model calls (never tool calls) on the run's goal
+    ],
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db.models import Count, Sum
+from django.test.utils import override_settings
 from django.utils import timezone
 
 from plans.evals.cases import Case, Suite
@@ -34,6 +36,7 @@ from plans.services.plans import plan_decide
 from plans.services.runs import run_create
 
 EVAL_USERNAME = "eval"
+OFFLINE = "offline"
 REJECT_REASON = "rejected by the eval case"
 # Advances of one run before the runner gives up on it (each approval round is one).
 MAX_ADVANCES = 50
@@ -95,7 +98,7 @@ def experiment_run(
             )
             if on_case is not None:
                 on_case(CaseOutcome(case=case, attempt=attempt, result=result))
-    experiment_summarise(experiment, suite=suite)
+    experiment_summarise(experiment, categories=suite.categories)
     experiment.wall_ms = round((time.perf_counter() - started) * 1000)
     experiment.finished_at = timezone.now()
     experiment.save()
@@ -231,11 +234,11 @@ def usage_by_purpose(experiment: Experiment) -> dict[str, dict[str, Any]]:
     return report
 
 
-def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:
+def experiment_summarise(experiment: Experiment, *, categories: list[str]) -> None:
     """Per category and overall pass rates (with Wilson intervals) and summed usage."""
     results = list(experiment.results.all())
     summary: dict[str, Any] = {"categories": {}, "overall": {}}
-    for category in suite.categories:
+    for category in categories:
         mine = [r for r in results if r.category == category]
         summary["categories"][category] = _rate(mine).as_json()
     overall = _rate(results)
@@ -259,3 +262,22 @@ def experiment_summarise(experiment: Experiment, *, suite: Suite) -> None:
 
 def _rate(results: list[EvalResult]) -> Rate:
     return wilson_interval(sum(r.passed for r in results), len(results))
+
+
+def model_settings(model: str) -> AbstractContextManager[Any]:
+    """Settings that make every model call use the model asked for; ValueError if it cannot be."""
+    if model == OFFLINE:
+        # The shared call-rate limit protects a provider's quota; the offline model has none,
+        # and waiting for it would only make the wall times meaningless.
+        return override_settings(
+            AGENTSITE_MODEL_BACKEND=OFFLINE, AGENTSITE_MODEL_CALLS_PER_MINUTE=0
+        )
+    if not settings.ANTHROPIC_API_KEY:
+        raise ValueError(f"--model {model} needs ANTHROPIC_API_KEY; use --model offline")
+    if model not in settings.AGENTSITE_MODEL_PRICES:
+        raise ValueError(f"--model {model} has no prices in AGENTSITE_MODEL_PRICES")
+    return override_settings(
+        AGENTSITE_MODEL_BACKEND="anthropic",
+        AGENTSITE_PLANNER_MODEL=model,
+        AGENTSITE_ANSWER_MODEL=model,
+    )

@@ -54,7 +54,7 @@ def plan_to_engine(steps: Iterable[Step]) -> engine.Plan:
     )
 
 
-def _plan_from_completion(
+def plan_from_completion(
     completion: Completion, request: ModelRequest, *, max_steps: int | None
 ) -> tuple[engine.Plan | None, list[str], Any]:
     """The planner's reply parsed and checked; a reply cut off or refused says so first."""
@@ -122,7 +122,7 @@ def plan_from_planner(
     completion = call_model(request)
     if completion is None:
         return None
-    plan, problems, data = _plan_from_completion(completion, request, max_steps=max_steps)
+    plan, problems, data = plan_from_completion(completion, request, max_steps=max_steps)
     raw_output = completion.text
     declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
     if router:
@@ -144,7 +144,7 @@ def plan_from_planner(
         if completion is None:
             return None
         raw_output = completion.text
-        plan, problems, _ = _plan_from_completion(completion, repair, max_steps=max_steps)
+        plan, problems, _ = plan_from_completion(completion, repair, max_steps=max_steps)
     return plan_store(
         run=run, raw_output=raw_output, plan=plan, problems=problems, source="planner", lease=lease
     )
@@ -194,7 +194,7 @@ def plan_from_replanner(
     completion = call_model(request)
     if completion is None:
         return None
-    plan, problems, _ = _plan_from_completion(completion, request, max_steps=max_steps)
+    plan, problems, _ = plan_from_completion(completion, request, max_steps=max_steps)
     problems += _redeclined_calls(run, plan)
     return plan_store(
         run=run,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import AbstractContextManager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,20 @@ from plans.evals.baseline import (
     baseline_save,
 )
 from plans.evals.cases import DEFAULT_CASES, CasesInvalid, suite_load
-from plans.evals.runner import CaseOutcome, experiment_run, usage_by_purpose
+from plans.evals.replay import experiment_from_runs
+from plans.evals.runner import (
+    OFFLINE,
+    CaseOutcome,
+    experiment_run,
+    model_settings,
+    usage_by_purpose,
+)
 from plans.llm import Usage
 from plans.llm.pricing import cost_usd, prices_for
-from plans.models import Experiment, Goal
+from plans.models import EvalResult, Experiment, Goal
 from plans.ui.charts import terminal_text
 
 EXIT_REGRESSION = 1
-OFFLINE = "offline"
 
 
 class Command(BaseCommand):
@@ -73,6 +78,14 @@ class Command(BaseCommand):
             choices=("on", "off"),
             help="run with the router on or off (default: AGENTSITE_ROUTER)",
         )
+        parser.add_argument(
+            "--from-runs",
+            metavar="QUERY",
+            help=(
+                "replay past runs as the cases instead of the cases file, e.g. "
+                '"status=completed,tool=issue_refund,days=7,limit=50" (keys optional)'
+            ),
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -80,8 +93,15 @@ class Command(BaseCommand):
             raise CommandError("--repeat must be at least 1")
         if not 0 <= options["tolerance"] < 1:
             raise CommandError("--tolerance must be between 0 and 1")
+        from_runs = options["from_runs"]
+        if from_runs is not None and (
+            options["compare"] or options["agent"] != Goal.Agent.PLAN_EXECUTE
+        ):
+            raise CommandError("--from-runs replays plan-and-execute runs: drop --compare/--agent")
+        if from_runs is not None and options["repeat"] != 1:
+            raise CommandError("--from-runs replays each run once: drop --repeat")
         try:
-            suite = suite_load(options["cases"])
+            suite = suite_load(options["cases"]) if from_runs is None else None
         except CasesInvalid as error:
             raise CommandError(str(error)) from error
         baseline = None
@@ -98,26 +118,43 @@ class Command(BaseCommand):
             settings.AGENTSITE_ROUTER if options["router"] is None else options["router"] == "on"
         )
         self.router = bool(router)
-        with _model_settings(model), override_settings(AGENTSITE_ROUTER=router):
+        try:
+            chosen = model_settings(model)
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        with chosen, override_settings(AGENTSITE_ROUTER=router):
             if Goal.Agent.REACT in agents and settings.AGENTSITE_REQUIRE_PLAN_APPROVAL:
                 raise CommandError(
                     "AGENTSITE_REQUIRE_PLAN_APPROVAL is on: the ReAct agent has no plan to "
                     "approve, so it cannot be evaluated here"
                 )
-            for agent in agents:
-                if not as_json:
-                    self.stdout.write(f"== {agent} on {model}: {len(suite.cases)} cases")
-                experiments.append(
-                    experiment_run(
-                        suite=suite,
-                        agent=agent,
-                        model=model,
-                        repeat=options["repeat"],
-                        label=options["label"],
-                        judge=options["judge"],
-                        on_case=None if as_json else self._print_case,
+            if from_runs is not None:
+                try:
+                    experiments.append(
+                        experiment_from_runs(
+                            query_text=from_runs,
+                            model=model,
+                            label=options["label"],
+                            on_result=None if as_json else self._print_result,
+                        )
                     )
-                )
+                except ValueError as error:
+                    raise CommandError(str(error)) from error
+            elif suite is not None:
+                for agent in agents:
+                    if not as_json:
+                        self.stdout.write(f"== {agent} on {model}: {len(suite.cases)} cases")
+                    experiments.append(
+                        experiment_run(
+                            suite=suite,
+                            agent=agent,
+                            model=model,
+                            repeat=options["repeat"],
+                            label=options["label"],
+                            judge=options["judge"],
+                            on_case=None if as_json else self._print_case,
+                        )
+                    )
         gated = _gated(experiments, baseline)
         gate = (
             baseline_compare(gated, baseline, tolerance=options["tolerance"])
@@ -145,8 +182,10 @@ class Command(BaseCommand):
             sys.exit(EXIT_REGRESSION)
 
     def _print_case(self, outcome: CaseOutcome) -> None:
-        result = outcome.result
-        attempt = f" (attempt {outcome.attempt})" if outcome.attempt > 1 else ""
+        self._print_result(outcome.result)
+
+    def _print_result(self, result: EvalResult) -> None:
+        attempt = f" (attempt {result.attempt})" if result.attempt > 1 else ""
         tokens = (
             result.input_tokens
             + result.output_tokens
@@ -268,25 +307,6 @@ def _configured_model() -> str:
     if settings.AGENTSITE_MODEL_BACKEND == OFFLINE:
         return OFFLINE
     return str(settings.AGENTSITE_PLANNER_MODEL)
-
-
-def _model_settings(model: str) -> AbstractContextManager[Any]:
-    """Settings that make every call of this experiment use the model asked for."""
-    if model == OFFLINE:
-        # The shared call-rate limit protects a provider's quota; the offline model has none,
-        # and waiting for it would only make the wall times meaningless.
-        return override_settings(
-            AGENTSITE_MODEL_BACKEND=OFFLINE, AGENTSITE_MODEL_CALLS_PER_MINUTE=0
-        )
-    if not settings.ANTHROPIC_API_KEY:
-        raise CommandError(f"--model {model} needs ANTHROPIC_API_KEY; use --model offline")
-    if model not in settings.AGENTSITE_MODEL_PRICES:
-        raise CommandError(f"--model {model} has no prices in AGENTSITE_MODEL_PRICES")
-    return override_settings(
-        AGENTSITE_MODEL_BACKEND="anthropic",
-        AGENTSITE_PLANNER_MODEL=model,
-        AGENTSITE_ANSWER_MODEL=model,
-    )
 
 
 def _gated(experiments: list[Experiment], baseline: dict[str, Any] | None) -> Experiment | None:

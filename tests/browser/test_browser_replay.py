@@ -1,0 +1,36 @@
+"""An operator replays a waiting refund run from its page and reads the stored diff."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from plans.llm.offline import REFUND_GOAL
+
+pytestmark = pytest.mark.browser
+
+
+def test_an_operator_replays_a_run_and_sees_the_unrecorded_refund(sign_in, screenshot):
+    author = sign_in("author")
+    author.get_by_label("Goal").fill(REFUND_GOAL)
+    author.get_by_role("button", name="Plan", exact=True).click()
+    expect(author).to_have_url(re.compile(r"/runs/\d+/$"))
+    expect(author.locator("#run-status")).to_have_text("awaiting approval")
+    run_url = author.url
+
+    operator = sign_in("operator")
+    operator.goto(run_url)
+    operator.get_by_role("link", name="Replay", exact=True).click()
+    expect(operator.get_by_role("heading", name="Replays", exact=True)).to_be_visible()
+    operator.get_by_role("button", name=re.compile(r"^Replay on offline")).click()
+
+    expect(operator).to_have_url(re.compile(r"/replays/\d+/$"))
+    expect(operator.locator(".replay-not-recorded")).to_have_text(
+        re.compile(r"step 2 issue_refund: not recorded")
+    )
+    expect(operator.locator(".replay-plan")).to_contain_text("order_total")
+    expect(operator.locator(".replay-plan")).to_contain_text("recorded")
+    screenshot(operator, "replay_diff")
+    # The run itself is untouched: it still waits for the refund's approval.
+    author.reload()
+    expect(author.locator("#run-status")).to_have_text("awaiting approval")
