@@ -181,7 +181,7 @@ def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
 
 
 @router.post(
-    "/approvals/{approval_id}/claim/",
+    "/approvals/{int:approval_id}/claim/",
     response={200: ApprovalClaimOut, **DECISION_ERRORS},
     summary='Claim a waiting approval ("I\'m on it"), or take a live claim over',
     description="Others may not decide it while the claim lives (409 claimed) unless they take "
@@ -202,7 +202,7 @@ def claim(request: HttpRequest, approval_id: int, body: ClaimIn) -> dict[str, An
 
 
 @router.post(
-    "/runs/{run_id}/plan/decide/",
+    "/runs/{int:run_id}/plan/decide/",
     response={200: RunOut, **DECISION_ERRORS},
     summary="Approve or reject the run's whole plan (the plan-approval policy)",
 )

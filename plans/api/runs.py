@@ -278,13 +278,13 @@ def list_runs(request: HttpRequest, filters: Query[RunFiltersIn]) -> dict[str, A
     }
 
 
-@router.get("/runs/{run_id}/", response={200: RunOut, **ERRORS}, summary="One run in full")
+@router.get("/runs/{int:run_id}/", response={200: RunOut, **ERRORS}, summary="One run in full")
 def get_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
     return run_out(request, visible_run(request, run_id))
 
 
 @router.post(
-    "/runs/{run_id}/cancel/",
+    "/runs/{int:run_id}/cancel/",
     response={200: RunOut, 403: ErrorOut, **ERRORS},  # 403: a session without the CSRF token
     summary="Stop a run: nothing new starts; steps in flight finish and are recorded",
 )
@@ -294,7 +294,7 @@ def cancel_run(request: HttpRequest, run_id: int) -> dict[str, Any]:
 
 
 @router.get(
-    "/runs/{run_id}/export/",
+    "/runs/{int:run_id}/export/",
     response={200: dict[str, Any], **ERRORS},
     summary="The run's whole record, as the audit page exports it",
 )
@@ -309,7 +309,7 @@ def export_run(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @router.get(
-    "/runs/{run_id}/events/",
+    "/runs/{int:run_id}/events/",
     response={200: EventsOut, **ERRORS},
     summary="The run's event log after a seq; text/event-stream follows it live",
     description="With 'Accept: text/event-stream' the response is a stream of server-sent "

@@ -106,7 +106,7 @@ def create_endpoint(request: HttpRequest, body: WebhookEndpointIn) -> Status[dic
 
 
 @router.get(
-    "/webhooks/endpoints/{endpoint_id}/",
+    "/webhooks/endpoints/{int:endpoint_id}/",
     response={200: WebhookEndpointOut, 404: ErrorOut, **ERRORS},
     summary="One endpoint",
 )
@@ -115,7 +115,7 @@ def get_endpoint(request: HttpRequest, endpoint_id: int) -> dict[str, Any]:
 
 
 @router.patch(
-    "/webhooks/endpoints/{endpoint_id}/",
+    "/webhooks/endpoints/{int:endpoint_id}/",
     response={200: WebhookEndpointCreatedOut, 404: ErrorOut, **BODY_ERRORS},
     summary="Change an endpoint (pause it with active=false); a new secret is shown once",
 )
@@ -137,7 +137,7 @@ def update_endpoint(
 
 
 @router.delete(
-    "/webhooks/endpoints/{endpoint_id}/",
+    "/webhooks/endpoints/{int:endpoint_id}/",
     response={204: None, 404: ErrorOut, **ERRORS},
     summary="Delete an endpoint and its deliveries' records",
 )
@@ -147,7 +147,7 @@ def delete_endpoint(request: HttpRequest, endpoint_id: int) -> Status[None]:
 
 
 @router.get(
-    "/webhooks/endpoints/{endpoint_id}/deliveries/",
+    "/webhooks/endpoints/{int:endpoint_id}/deliveries/",
     response={200: list[DeliveryOut], 404: ErrorOut, **ERRORS},
     summary=f"An endpoint's latest {DELIVERIES_LISTED} deliveries and how each went",
 )
@@ -158,7 +158,7 @@ def list_deliveries(request: HttpRequest, endpoint_id: int) -> list[dict[str, An
 
 
 @router.post(
-    "/webhooks/deliveries/{delivery_id}/resend/",
+    "/webhooks/deliveries/{int:delivery_id}/resend/",
     response={201: DeliveryOut, 404: ErrorOut, **ERRORS},
     summary="Send a delivery again (same event id), as a new delivery",
 )

@@ -541,7 +541,9 @@ def _wait_seconds_sql() -> RawSQL:
     if connection.vendor == "postgresql":
         epoch, larger = "FLOOR(EXTRACT(EPOCH FROM {}))::bigint", "GREATEST"
     else:
-        epoch, larger = "CAST(strftime('%%s', {}) AS INTEGER)", "MAX"
+        # Whole seconds of the text's own seconds: strftime rounds fractions to milliseconds,
+        # so 01.9996 would read as 02 where Python's int(timestamp()) reads 01.
+        epoch, larger = "CAST(strftime('%%s', substr({}, 1, 19)) AS INTEGER)", "MAX"
     sql = f"{larger}(0, {epoch.format(decided)} - {epoch.format(requested)})"
     return RawSQL(sql, [], output_field=BigIntegerField())  # noqa: S611 - no values in it
 

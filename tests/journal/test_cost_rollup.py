@@ -244,3 +244,25 @@ def test_tools_that_hang_time_out_fail_and_answer_late_are_summed_as_the_rows_sa
         for tool in ("hang", "bad_input", "echo")
     }
     assert rolled["hang"][1] >= 1 and rolled["bad_input"][1] >= 1 and rolled["echo"][1] == 0
+
+
+def test_the_rebuild_counts_a_wait_in_whole_seconds_as_the_services_do(author, reviewer):
+    """SQLite's strftime rounds a fraction to milliseconds: 0.9996 s past a second must still
+    count in that second, as wait_seconds() counts it."""
+    from datetime import timedelta
+
+    from plans.journal.rollup import wait_seconds
+    from plans.models import ReviewWaitRollup
+    from tests.services.test_approvals import start_refund
+
+    approval = Approval.objects.get(run=start_refund(author))
+    requested = approval.requested_at.replace(microsecond=0)
+    decided = requested + timedelta(seconds=1, microseconds=999_900)
+    Approval.objects.filter(pk=approval.pk).update(
+        requested_at=requested, decided_at=decided, decision="approved", reviewer=reviewer
+    )
+
+    rollup_rebuild()
+
+    waits = set(ReviewWaitRollup.objects.values_list("wait_s", flat=True))
+    assert waits == {wait_seconds(requested, decided)} == {1}
