@@ -3,6 +3,7 @@ request comes back stale), the run page's step panel, the API's approval object 
 approvals e-mail; a preview's text is the tool's, shown escaped."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -193,3 +194,147 @@ def test_a_stale_request_is_mailed_again_though_its_round_was_mailed(author, rev
         ("email", "approval.requested"),
         ("email", "approval.stale"),
     ]
+
+
+# --- an edit's own preview, read before the approval binds to it -------------------------------
+
+
+def decide_on_card(client, approval, page, *, draft=None, htmx=True):
+    """Approve as the card in `page` would post it: its hashes, its preview token, any draft."""
+    token = re.search(rf'name="preview-{approval.pk}" value="(\w+)"', page)[1]
+    data = {
+        "group": f"{approval.run_id}-{approval.step.round}",
+        "approval": [approval.pk],
+        "decision": "approve",
+        f"seen-{approval.pk}": approval.args_sha256,
+        f"preview-{approval.pk}": token,
+    }
+    if draft is not None:
+        data[f"args-{approval.pk}"] = json.dumps(draft)
+    headers = {"HX-Request": "true"} if htmx else {}
+    return client.post(reverse("plans:decide"), data, headers=headers)
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_an_edit_shows_its_own_preview_before_the_approval_binds_to_it(
+    client, author, reviewer, htmx
+):
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    card = client.get(reverse("plans:inbox")).content.decode()
+    edited = {"item": HOSTILE_ITEM, "quantity": 2}
+
+    shown = decide_on_card(client, approval, card, draft=edited, htmx=htmx)
+
+    page = shown.content.decode()
+    assert shown.status_code == 409
+    assert "read the preview of your edited arguments of step 1 (ship)" in page
+    assert "Preview of your edited arguments" in page
+    assert "Ship 2 of &lt;script&gt;alert(1)&lt;/script&gt;" in page  # the tool's text, escaped
+    assert executable_markup(page) == []
+    assert "&quot;quantity&quot;: 2" in page  # the draft is kept
+    approval.refresh_from_db()
+    assert approval.decision == "pending" and approval.args["quantity"] == 3
+
+    decided = decide_on_card(client, approval, page, draft=edited, htmx=htmx)
+
+    approval.refresh_from_db()
+    assert decided.status_code == (200 if htmx else 302)
+    assert approval.decision == "approved" and approval.args == edited
+    assert approval.target_version == f"{HOSTILE_ITEM}@1"
+
+
+def test_an_edit_whose_preview_hangs_says_no_preview_and_is_approved_on_the_second_click(
+    client, author, reviewer
+):
+    run = parked(author, tool="ship_hanging")
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    card = client.get(reverse("plans:inbox")).content.decode()
+    edited = {"item": "widget", "quantity": 1}
+
+    shown = decide_on_card(client, approval, card, draft=edited)
+    page = shown.content.decode()
+    assert "no preview: timed out after 0.2s" in page.split("Preview of your edited arguments")[1]
+
+    decided = decide_on_card(client, approval, page, draft=edited)
+    approval.refresh_from_db()
+    assert decided.status_code == 200
+    assert (approval.decision, approval.args) == ("approved", edited)
+    assert approval.preview == {"error": "timed out after 0.2s"}
+
+
+def test_the_next_approver_is_shown_the_edits_preview(client, author, reviewer, settings):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.two_for_shipping"]
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    approval_decide(
+        approval=approval,
+        reviewer=reviewer,
+        approve=True,
+        edited_args={"item": "widget", "quantity": 5},
+        resume=False,
+    )
+    erin = type(reviewer).objects.create_user("erin")
+    erin.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    client.force_login(erin)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "Preview of the effect" in page and "of the edited arguments" in page
+    assert "Ship 5 of widget; 10 in stock" in page
+    assert "Ship 3 of widget" not in page
+
+
+def test_an_api_edit_is_handed_its_preview_and_token_before_it_is_approved(
+    client, author, reviewer
+):
+    run = parked(author)
+    client.force_login(reviewer)
+    (listed,) = client.get("/api/v1/approvals/").json()
+    edited = {"item": "widget", "quantity": 4}
+    choice = {"id": listed["id"], "args_sha256": listed["args_sha256"], "args": edited}
+    decide = "/api/v1/approvals/decide/"
+
+    refused = client.post(
+        decide, {"decision": "approve", "approvals": [choice]}, content_type="application/json"
+    )
+
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["code"] == "preview_unseen"
+    (shown,) = body["previews"]
+    assert (shown["id"], shown["args"], shown["edited"]) == (listed["id"], edited, True)
+    assert shown["preview"]["summary"] == "Ship 4 of widget; 10 in stock"
+    assert Approval.objects.get(run=run).decision == "pending"
+
+    choice["preview_token"] = shown["preview_token"]
+    decided = client.post(
+        decide, {"decision": "approve", "approvals": [choice]}, content_type="application/json"
+    )
+
+    assert decided.status_code == 200
+    approval = Approval.objects.get(run=run)
+    assert (approval.decision, approval.args) == ("approved", edited)
+    assert approval.preview["summary"] == "Ship 4 of widget; 10 in stock"
+
+
+def test_an_api_approval_naming_its_preview_token_is_held_to_that_preview(client, author, reviewer):
+    parked(author)
+    client.force_login(reviewer)
+    (listed,) = client.get("/api/v1/approvals/").json()
+    choice = {
+        "id": listed["id"],
+        "args_sha256": listed["args_sha256"],
+        "preview_token": "0" * 32,  # not the token of the preview the approval holds
+    }
+
+    refused = client.post(
+        "/api/v1/approvals/decide/",
+        {"decision": "approve", "approvals": [choice]},
+        content_type="application/json",
+    )
+
+    assert refused.status_code == 409 and refused.json()["code"] == "preview_unseen"
+    assert refused.json()["previews"][0]["preview_token"] == listed["preview_token"]
