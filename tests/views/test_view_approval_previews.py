@@ -9,13 +9,14 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from plans.models import Approval, Step
+from plans.models import Approval, Step, ToolPreview
 from plans.notifications.emails import approval_round_email
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from tests import preview_tools
 from tests.html_safety import IMG, SCRIPT, executable_markup
+from tests.pages import section
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -338,3 +339,110 @@ def test_an_api_approval_naming_its_preview_token_is_held_to_that_preview(client
 
     assert refused.status_code == 409 and refused.json()["code"] == "preview_unseen"
     assert refused.json()["previews"][0]["preview_token"] == listed["preview_token"]
+
+
+# --- previews on the audit page and in its export ----------------------------------------------
+
+
+def audit_rows(client, run, **query):
+    """The audit page's tool-call rows, each as (kind, its text without tags), in page order."""
+    response = client.get(reverse("plans:run_audit", args=[run.pk]), query)
+    assert response.status_code == 200
+    page = response.content.decode()
+    rows = re.findall(
+        r"<tr( class=\"preview-row\")?>(.*?)</tr>", section(page, "tool-calls-heading"), re.S
+    )
+    return page, [
+        ("preview" if marked else "call", " ".join(re.sub(r"<[^>]+>", " ", html).split()))
+        for marked, html in rows
+        if "<td" in html
+    ]
+
+
+def test_the_audit_lists_each_preview_with_the_calls_in_the_order_they_started(
+    client, author, reviewer
+):
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    edited = {"item": "widget", "quantity": 2}
+    approval_decide(
+        approval=approval, reviewer=reviewer, approve=True, edited_args=edited, resume=False
+    )
+    advance_run(run.pk)
+    client.force_login(author)
+
+    _, rows = audit_rows(client, run)
+
+    assert [kind for kind, _ in rows] == ["preview", "preview", "call", "preview"]
+    request, edit, _, launch = (text for _, text in rows)
+    assert "before the decision" in request and "Ship 3 of widget; 10 in stock" in request
+    assert "of a reviewer&#x27;s edit" in edit and "Ship 2 of widget; 10 in stock" in edit
+    assert "re-checked before the call" in launch and "target version widget@1" in launch
+    hashed = ToolPreview.objects.get(run=run, purpose="edit").args_sha256
+    assert hashed == Approval.objects.get(run=run).args_sha256
+    assert hashed[:16] in edit  # the arguments' hash, as the approval's
+    assert "ms" in launch  # how long the hook took
+
+
+def test_a_failed_or_hostile_preview_is_listed_escaped_on_the_audit_page(client, author):
+    hanging = parked(author, tool="ship_hanging")
+    hostile = parked(author, item=HOSTILE_ITEM)
+    client.force_login(author)
+
+    _, (failed,) = audit_rows(client, hanging)
+    page, (shown,) = audit_rows(client, hostile)
+
+    assert "no preview: timed out after 0.2s" in failed[1]
+    assert "Ship 3 of &lt;script&gt;alert(1)&lt;/script&gt;" in shown[1]
+    assert executable_markup(page) == []
+
+
+def test_each_preview_is_listed_once_beside_its_page_of_tool_calls(
+    client, author, reviewer, monkeypatch
+):
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 1)
+    steps = [
+        {"id": 1, "tool": "ship", "args": {"item": "widget", "quantity": 1}},
+        {"id": 2, "tool": "ship", "args": {"item": "widget", "quantity": 2}, "depends_on": [1]},
+    ]
+    run = run_create(author=author, goal_text="ship twice", plan_data={"steps": steps})
+    for _ in steps:
+        advance_run(run.pk)
+        approval = Approval.objects.get(run=run, decision="pending")
+        approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+    advance_run(run.pk)
+    client.force_login(author)
+
+    _, first = audit_rows(client, run)
+    _, second = audit_rows(client, run, tool_calls_after=1)
+
+    assert [kind for kind, _ in first] == ["preview", "call"]  # step 1's request, its call
+    assert [kind for kind, _ in second] == ["preview", "preview", "call", "preview"]
+    assert ToolPreview.objects.filter(run=run).count() == 4  # each listed once
+
+
+def test_the_export_lists_every_preview(client, author, reviewer):
+    run = parked(author)
+    approval_decide(
+        approval=Approval.objects.get(run=run),
+        reviewer=reviewer,
+        approve=True,
+        edited_args={"item": "widget", "quantity": 2},
+        resume=False,
+    )
+    advance_run(run.pk)
+    client.force_login(author)
+
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    exported = json.loads(b"".join(response.streaming_content))["tool_previews"]
+
+    assert [row["purpose"] for row in exported] == ["request", "edit", "launch"]
+    edit = exported[1]
+    assert (edit["step"], edit["tool"], edit["args"]) == (
+        1,
+        "ship",
+        {"item": "widget", "quantity": 2},
+    )
+    assert edit["args_sha256"] == Approval.objects.get(run=run).args_sha256
+    assert edit["preview"]["target_version"] == "widget@1" and edit["error"] == ""
+    assert edit["duration_ms"] >= 0 and edit["started_at"]
