@@ -329,6 +329,7 @@ def _mark_unseen(cards: list[ApprovalCard], unseen: list[ShownPreview]) -> None:
         shown = by_approval.get(card.approval.pk)
         if shown is not None:
             card.unseen, card.preview_token = shown, shown.token
+            card.effect = effect_line(shown.approval.tool, shown.args)  # what approving runs
 
 
 def _decided_message(decided: list[Approval], *, approve: bool) -> str:
