@@ -165,9 +165,10 @@ def approvals_decide(
     arguments is refused (stale_hash). An approval needing n distinct approvals (an approval
     rule) is decided by the n-th approval of the same arguments; a reject is always final.
     An approved edit of a tool with a preview hook has its preview taken, and the approval is
-    bound to that one. previews_seen: by approval, the preview token its reviewer was shown;
-    given, an approval is refused (preview_unseen, with the preview) unless it names the
-    preview it binds: an edit's first approval always is, so its reviewer reads it first.
+    bound to that one. previews_seen: by approval, the token of the preview its reviewer was
+    shown; given, an approval that does not name the preview it would bind is refused
+    (preview_unseen, with that preview): an edit is refused once, with its own preview, and
+    binds when approved again. Not given (the command line), an edit binds its preview at once.
     changes_requested: declined by a reviewer's request for changes (plans.services.changes).
     """
     if via in PEOPLES_CHANNELS:
