@@ -18,6 +18,8 @@ class PlansConfig(AppConfig):
         from plans.mcp import McpToolSource
         from plans.notifications.dispatch import install as install_notifier
         from plans.runtime.advance import advance_run
+        from plans.runtime.previews import preview_for_edit
+        from plans.services.approvals import edit_previewer_bind
         from plans.tools import add_tool_source
         from plans.tracing import tracing_start_if_configured
 
@@ -38,6 +40,8 @@ class PlansConfig(AppConfig):
         add_tool_source(McpToolSource())
         # The task (in the journal, which services queue runs through) runs the executor.
         executor_bind(advance_run)
+        # Likewise the approvals service takes an edit's preview on the worker side's threads.
+        edit_previewer_bind(preview_for_edit)
         tracing_start_if_configured()
         install_notifier()
         user_logged_out.connect(close_sockets_on_logout, dispatch_uid="plans.logout_sockets")

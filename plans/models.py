@@ -415,8 +415,9 @@ class Approval(models.Model):
     reason = models.TextField(blank=True)
     requested_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
-    # The tool's preview of the effect when this was requested (plans.engine.previews): null
-    # for a tool without one, {"error"} when it failed; fixed for the approval's lifetime.
+    # The tool's preview of the effect of `args` (plans.engine.previews): taken when this was
+    # requested, and again for a reviewer's edit; null for a tool without one, {"error"} when it
+    # failed. Its target version is what the call is held to at launch.
     preview = models.JSONField(null=True, blank=True)
     # A request made again because the target changed after this one's approval went stale.
     supersedes = models.OneToOneField(
@@ -519,8 +520,14 @@ class Approval(models.Model):
 
     @property
     def current_votes(self) -> list[ApprovalVote]:
-        """The approvals counted so far: those of the current arguments (prefetch "votes")."""
-        return [vote for vote in self.votes.all() if vote.args_sha256 == self.args_sha256]
+        """The approvals counted so far: those of the current arguments and of the preview shown
+        with them (prefetch "votes")."""
+        version = self.target_version or ""
+        return [
+            vote
+            for vote in self.votes.all()
+            if vote.args_sha256 == self.args_sha256 and vote.target_version == version
+        ]
 
     @property
     def approvals_counted(self) -> int:
@@ -528,13 +535,16 @@ class Approval(models.Model):
 
 
 class ApprovalVote(models.Model):
-    """One reviewer's approval of an approval's arguments as they were (hash), towards its
-    approvals_needed; an edit changes the arguments, so earlier votes stop counting."""
+    """One reviewer's approval of an approval's arguments as they were (hash), and of the target
+    version their preview showed, towards its approvals_needed; an edit changes the arguments
+    and takes their preview again, so earlier votes stop counting."""
 
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
     args_sha256 = models.CharField(max_length=64)
     args = models.JSONField()
+    # The target version of the preview shown with the arguments ("" without one).
+    target_version = models.CharField(max_length=200, blank=True, default="", db_default="")
     edited = models.BooleanField(default=False)
     via = models.CharField(max_length=10, choices=Approval.Via)
     at = models.DateTimeField(auto_now_add=True)
@@ -543,8 +553,8 @@ class ApprovalVote(models.Model):
         constraints = [
             # Concurrent approvals by one reviewer count once, whatever the race.
             models.UniqueConstraint(
-                fields=["approval", "reviewer", "args_sha256"],
-                name="one_vote_per_reviewer_and_args",
+                fields=["approval", "reviewer", "args_sha256", "target_version"],
+                name="one_vote_per_reviewer_args_and_version",
             ),
         ]
         ordering = ["at", "pk"]
@@ -771,6 +781,7 @@ class ToolPreview(models.Model):
 
     class Purpose(models.TextChoices):
         REQUEST = "request", "before the decision"
+        EDIT = "edit", "of a reviewer's edit"
         LAUNCH = "launch", "re-checked before the call"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_previews")
@@ -778,6 +789,8 @@ class ToolPreview(models.Model):
     tool = models.CharField(max_length=100)
     purpose = models.CharField(max_length=10, choices=Purpose)
     args = models.JSONField()
+    # The hash of the arguments it was taken for, before `args` was redacted: an approval's.
+    args_sha256 = models.CharField(max_length=64, blank=True, default="", db_default="")
     preview = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     started_at = models.DateTimeField()

@@ -19,6 +19,7 @@ from plans.api.schemas import (
     PlanDecisionIn,
     RunOut,
 )
+from plans.engine import preview_token
 from plans.models import Approval
 from plans.roles import four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors.approvals import approval_inputs, approvals_visible, approvals_waiting
@@ -111,6 +112,7 @@ def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
                     for upstream in inputs_of[approval.pk]
                 ],
                 "preview": preview_out(approval.preview),
+                "preview_token": preview_token(approval.args_sha256, approval.preview),
                 "supersedes": _superseded_out(approval),
             }
         )
@@ -155,7 +157,10 @@ def _superseded_out(approval: Approval) -> dict[str, Any] | None:
 def decide(request: HttpRequest, body: DecisionIn) -> dict[str, Any]:
     reviewer: User = request.user  # type: ignore[assignment]
     decided = approvals_decide_seen(
-        seen=[Seen(choice.id, choice.args_sha256, choice.args) for choice in body.approvals],
+        seen=[
+            Seen(choice.id, choice.args_sha256, choice.args, choice.preview_token)
+            for choice in body.approvals
+        ],
         reviewer=reviewer,
         approve=body.decision == "approve",
         reason=body.reason,

@@ -11,7 +11,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from plans.services.approvals import StaleArgs
+from plans.api.schemas import PreviewOut
+from plans.services.approvals import PreviewUnseen, StaleArgs
 from plans.services.refusals import Refused
 
 logger = logging.getLogger("django.request")
@@ -24,6 +25,15 @@ class CurrentArgsOut(Schema):
     args_sha256: str
 
 
+class UnseenPreviewOut(Schema):
+    id: int
+    tool: str
+    args: dict[str, Any] = Field(..., description="The arguments it is the preview of.")
+    edited: bool = Field(..., description="True: of your edited arguments.")
+    preview: PreviewOut
+    preview_token: str = Field(..., description="Send it back with the decision.")
+
+
 class ErrorOut(Schema):
     code: str
     detail: str
@@ -32,6 +42,12 @@ class ErrorOut(Schema):
         None,
         description="With 409 stale_hash: each approval's arguments as they are now, with their "
         "hash. Show them to the reviewer before deciding again.",
+    )
+    previews: list[UnseenPreviewOut] | None = Field(
+        None,
+        description="With 409 preview_unseen: the preview of each edit (or approval) the call "
+        "would be held to, taken just now. Show it, then send the same decision again with its "
+        "preview_token.",
     )
 
 
@@ -46,11 +62,13 @@ class ApiError(Exception):
         *,
         problems: list[str] | None = None,
         current: list[dict[str, Any]] | None = None,
+        previews: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail = status, code, detail
         self.problems, self.current, self.headers = problems, current, headers or {}
+        self.previews = previews
 
 
 class TokenInvalid(AuthenticationError):
@@ -72,6 +90,7 @@ REFUSALS: dict[str, tuple[int, str, str | None]] = {
     "claimed": (409, "claimed", None),
     "not_found": (404, "not_found", None),
     "stale_hash": (409, "stale_hash", None),
+    "preview_unseen": (409, "preview_unseen", None),
     "stale_plan": (409, "stale_plan", None),
     "reason_required": (422, "reason_required", None),
     "listed_twice": (422, "listed_twice", None),
@@ -92,7 +111,24 @@ def refusal_error(refused: Refused) -> ApiError:
             {"id": a.pk, "tool": a.tool, "args": a.args, "args_sha256": a.args_sha256}
             for a in refused.approvals
         ]
-    return ApiError(status, code, detail or str(refused), current=current)
+    previews = None
+    if isinstance(refused, PreviewUnseen):
+        # Why here, not at the top: plans.api.approvals imports this module.
+        from plans.api.approvals import preview_out
+
+        # Likewise the preview with its token, never the token alone.
+        previews = [
+            {
+                "id": shown.approval.pk,
+                "tool": shown.approval.tool,
+                "args": shown.args,
+                "edited": shown.edited,
+                "preview": preview_out(shown.preview),
+                "preview_token": shown.token,
+            }
+            for shown in refused.previews
+        ]
+    return ApiError(status, code, detail or str(refused), current=current, previews=previews)
 
 
 def not_found(what: str = "run") -> ApiError:
@@ -109,6 +145,7 @@ def error_response(
     *,
     problems: list[str] | None = None,
     current: list[dict[str, Any]] | None = None,
+    previews: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> HttpResponse:
     body: dict[str, Any] = {"code": code, "detail": detail}
@@ -116,6 +153,8 @@ def error_response(
         body["problems"] = problems
     if current is not None:
         body["current"] = current
+    if previews is not None:
+        body["previews"] = previews
     response = api.create_response(request, body, status=status)
     for name, value in (headers or {}).items():
         response[name] = value
@@ -140,6 +179,7 @@ def install_error_handlers(api: NinjaAPI) -> None:
             exc.detail,
             problems=exc.problems,
             current=exc.current,
+            previews=exc.previews,
             headers=exc.headers,
         )
 

@@ -307,6 +307,11 @@ class ApprovalOut(Schema):
     requested_at: datetime
     inputs: list[UpstreamResultOut]
     preview: PreviewOut
+    preview_token: str = Field(
+        ...,
+        description="Send it back with the decision to be held to this preview: if the "
+        "approval's preview is another by then, nothing is decided (409 preview_unseen).",
+    )
     supersedes: SupersededOut | None = Field(
         None,
         description="Set when this is asked again because the target changed: both "
@@ -332,6 +337,13 @@ class ApprovalChoiceIn(Strict):
     )
     args: dict[str, Any] | None = Field(
         None, description="Edited arguments to approve instead (validated like the inbox's)."
+    )
+    preview_token: str | None = Field(
+        None,
+        max_length=64,
+        description="The token of the preview you saw with the arguments: the approval's "
+        "preview_token, or, for edited arguments of a tool with a preview, the one a 409 "
+        "preview_unseen handed you with their preview (required for such an edit).",
     )
 
 

@@ -48,6 +48,7 @@ from plans.engine.previews import (
     preview_changes,
     preview_data,
     preview_failed,
+    preview_token,
     preview_version,
 )
 from plans.engine.scheduler import Outcome, Scheduler
@@ -116,6 +117,7 @@ __all__ = [
     "preview_changes",
     "preview_data",
     "preview_failed",
+    "preview_token",
     "preview_version",
     "resolve",
     "result_extract",

@@ -7,9 +7,12 @@ state its reviewer saw (the rule that uses it is plans.runtime.gate.approval_tar
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from plans.engine.policies import canonical_json
 
 # What a preview may hold, so that a card stays a card: longer text is cut, saying so.
 SUMMARY_MAX_CHARS = 300
@@ -75,6 +78,17 @@ def preview_version(preview: Mapping[str, Any] | None) -> str | None:
         return None
     version = preview.get("target_version")
     return version if isinstance(version, str) else None
+
+
+def preview_token(args_sha256: str, preview: Mapping[str, Any] | None) -> str:
+    """What a reviewer was shown of a call: its arguments (their hash) and the target version
+    of their preview, or that there was none. A decision names it to be bound to what it saw.
+
+    The version, not the whole preview: a hook may word its facts differently each time, but
+    the version is what the call is held to. Two targets may share a version; not two calls.
+    """
+    seen = canonical_json([args_sha256, preview_version(preview)])
+    return hashlib.sha256(seen.encode()).hexdigest()[:32]
 
 
 def preview_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:

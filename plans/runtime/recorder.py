@@ -30,6 +30,7 @@ from plans.bulk import (
     insert_rows,
     update_rows,
 )
+from plans.engine import args_sha256
 from plans.guards.redaction import redact, redacted_json
 from plans.journal.events import LeaseLost, announce_committed, append_events
 from plans.journal.leases import Lease
@@ -402,7 +403,7 @@ class _Writer:
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
             if batch.previews:
-                ToolPreview.objects.bulk_create([_redacted_preview(p) for p in batch.previews])
+                ToolPreview.objects.bulk_create([preview_row_redacted(p) for p in batch.previews])
             if batch.questions:
                 HumanQuestion.objects.bulk_create(batch.questions)
             self._at_commit = True
@@ -466,7 +467,10 @@ def record_late_tool_call(
     )
 
 
-def _redacted_preview(preview: ToolPreview) -> ToolPreview:
+def preview_row_redacted(preview: ToolPreview) -> ToolPreview:
+    """A ToolPreview row as stored: its arguments hashed first (an approval's hash), then it and
+    the hook's answer redacted like a call's."""
+    preview.args_sha256 = preview.args_sha256 or args_sha256(preview.tool, preview.args)
     preview.error = redact(preview.error)
     preview.args = redacted_json(preview.args)[0]
     if preview.preview is not None:

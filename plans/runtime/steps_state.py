@@ -25,7 +25,7 @@ from plans.engine import (
     idempotency_key,
 )
 from plans.journal.leases import Lease
-from plans.models import Approval, Run, Step, ToolPreview
+from plans.models import Approval, Run, Step
 from plans.runtime import telemetry
 from plans.runtime.recorder import RunRecorder
 from plans.runtime.tool_calls import PreviewTaken
@@ -120,19 +120,7 @@ class StepsState:
         raise NotImplementedError
 
     def _record_preview(self, step: Step, taken: PreviewTaken, *, purpose: str) -> None:
-        self.recorder.tool_preview(
-            ToolPreview(
-                run_id=self.run.pk,
-                step=step,
-                tool=step.tool,
-                purpose=purpose,
-                args=taken.args,
-                preview=None if taken.error else taken.preview,
-                error=taken.error,
-                started_at=taken.started_at,
-                duration_ms=taken.duration_ms,
-            )
-        )
+        self.recorder.tool_preview(taken.row(run_id=self.run.pk, step=step, purpose=purpose))
 
     def _remember(self, step: Step) -> None:
         if step.status == Step.Status.SUCCEEDED:

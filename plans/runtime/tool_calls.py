@@ -23,7 +23,7 @@ from plans.engine import (
     unstorable_in,
 )
 from plans.guards.circuits import CIRCUIT_OPEN_MESSAGE, circuit_admits, circuit_record
-from plans.models import Approval
+from plans.models import Approval, Step, ToolPreview
 from plans.runtime.gate import (
     approval_is_valid_for_call,
     approval_target_stale,
@@ -43,6 +43,20 @@ class PreviewTaken:
     started_at: datetime
     duration_ms: float
     args: dict[str, Any]  # what it was taken for
+
+    def row(self, *, run_id: int, step: Step, purpose: str) -> ToolPreview:
+        """Its ToolPreview row, to record (redacted when stored: recorder.preview_row_redacted)."""
+        return ToolPreview(
+            run_id=run_id,
+            step=step,
+            tool=step.tool,
+            purpose=purpose,
+            args=self.args,
+            preview=None if self.error else self.preview,
+            error=self.error,
+            started_at=self.started_at,
+            duration_ms=self.duration_ms,
+        )
 
 
 @dataclass
@@ -115,11 +129,12 @@ def _target_recheck(
 ) -> tuple[PreviewTaken | None, list[str] | None]:
     """Ask the preview again, just before the call, when its reviewer saw one (gate's rule).
 
-    It is asked of the arguments the reviewer saw it for: an edit was decided on that preview.
+    It is asked of the arguments called, which are those its preview was taken for (an edit's
+    preview is taken again when it is decided: plans.runtime.previews).
     """
     if approval.target_version is None:
         return None, None  # approved without a preview: no target version to hold it to
-    taken = preview_take(spec, approval.requested_args, pool=tool_threads(), idempotency_key=key)
+    taken = preview_take(spec, approval.args, pool=tool_threads(), idempotency_key=key)
     return taken, approval_target_stale(approval=approval, current=taken.preview)
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
 from plans.guards.audit import chain_problems
-from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall
+from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCall, ToolPreview
 
 # --- one run's audit -------------------------------------------------------------------------
 
@@ -43,6 +43,16 @@ class RunRecords:
 
 # The steps' fields that hold tool values (large, JSON): read only for the steps shown.
 STEP_VALUES = ("args", "resolved_args", "result")
+
+
+@dataclass(frozen=True)
+class ToolRow:
+    """A tool call or a run of a destructive tool's preview hook, as the audit lists them."""
+
+    call: ToolCall | None = None
+    preview: ToolPreview | None = None
+
+
 # Events the audit page shows at a time: a 500-step run has thousands.
 AUDIT_EVENTS_PAGE = 200
 # Steps of each plan version, and tool calls, the audit page shows at a time: rendering
@@ -66,6 +76,8 @@ class RunAudit(RunRecords):
     tool_calls_after: int = 0
     tool_calls_next_after: int | None = None
     tool_calls_previous_after: int | None = None
+    # The page's tool calls with the previews taken between them, in the order they started.
+    tool_rows: list[ToolRow] = field(default_factory=list)
 
 
 def neighbour_pages(
@@ -162,6 +174,12 @@ def run_audit_get(
         total=tool_calls_total,
         size=rows_page,
     )
+    previews = _previews_beside_calls(
+        run,
+        records.tool_calls,
+        after=tool_calls_after,
+        last_page=tool_calls_next_after is None,
+    )
     audit = RunAudit(
         **vars(records),
         chain_problems=chain_problems(run),
@@ -176,9 +194,40 @@ def run_audit_get(
         tool_calls_after=tool_calls_after,
         tool_calls_next_after=tool_calls_next_after,
         tool_calls_previous_after=tool_calls_previous_after,
+        tool_rows=_in_start_order(records.tool_calls, previews),
     )
     _compare_versions(records)
     return audit
+
+
+def _previews_beside_calls(
+    run: Run, calls: list[ToolCall], *, after: int, last_page: bool
+) -> list[ToolPreview]:
+    """The previews taken between the page's tool calls: after the previous page's last call,
+    up to this page's last (the first page from the start, the last page to the end)."""
+    if after and not calls:
+        return []  # past the last call: its page shows the rest
+    previews = run.tool_previews.select_related("step__plan").order_by("started_at", "pk")
+    if after:
+        # The calls are paged in this order: the one before the page is its lower bound.
+        before = run.tool_calls.order_by("started_at", "pk")[after - 1]
+        previews = previews.filter(started_at__gt=before.started_at)
+    if not last_page:
+        previews = previews.filter(started_at__lte=calls[-1].started_at)
+    return list(previews)
+
+
+def _in_start_order(calls: list[ToolCall], previews: list[ToolPreview]) -> list[ToolRow]:
+    rows = [ToolRow(call=call) for call in calls] + [ToolRow(preview=p) for p in previews]
+    # Stable: calls keep their (started_at, pk) order, and a preview started at the same
+    # instant as a call goes first (a re-check is taken before its call).
+    return sorted(rows, key=lambda row: (_row_started(row), row.call is not None))
+
+
+def _row_started(row: ToolRow) -> Any:
+    shown = row.call if row.call is not None else row.preview
+    assert shown is not None
+    return shown.started_at
 
 
 def _compare_versions(records: RunRecords) -> None:
@@ -313,6 +362,9 @@ TOOL_CALL_FIELDS = (
     "tool", "attempt", "args", "result", "error", "idempotency_key", "started_at",
     "duration_ms", "late_result", "late_error", "late_arrived_at",
 )  # fmt: skip
+TOOL_PREVIEW_FIELDS = (
+    "tool", "purpose", "args", "args_sha256", "preview", "error", "started_at", "duration_ms",
+)  # fmt: skip
 EVENT_FIELDS = ("seq", "kind", "payload", "at", "prev_hash", "hash")
 
 
@@ -334,6 +386,7 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
     versions = [PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans]
     approvals = run.approvals.select_related("reviewer", "step__plan")
     tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    previews = run.tool_previews.select_related("step__plan").order_by("started_at", "pk")
     events = run.events.order_by("seq")
     goal = run.goal
     version_of = {version.plan.pk: version.plan.version for version in versions}
@@ -366,6 +419,19 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
                     **_fields(call, TOOL_CALL_FIELDS),
                 }
                 for call in tool_calls.iterator(chunk_size=500)
+            )
+        ),
+        # Each run of a destructive tool's preview hook: at the request, for a reviewer's
+        # edit, and re-checked just before the call.
+        "tool_previews": Streamed(
+            lambda: (
+                {
+                    "id": row.pk,
+                    "plan_version": row.step.plan.version,
+                    "step": row.step.step_id,
+                    **_fields(row, TOOL_PREVIEW_FIELDS),
+                }
+                for row in previews.iterator(chunk_size=500)
             )
         ),
         "events": Streamed(

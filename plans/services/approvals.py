@@ -6,7 +6,7 @@ on whole plans are plans.services.plans.plan_decide.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from plans.engine import args_sha256, canonical_json, check_args, unstorable_in
+from plans.engine import args_sha256, canonical_json, check_args, preview_token, unstorable_in
 from plans.journal.events import INBOX_GROUP, append_events, group_send
 from plans.journal.rollup import approval_decided
 from plans.journal.tasks import run_enqueue
@@ -25,14 +25,26 @@ from plans.models import Approval, ApprovalVote, Run
 from plans.roles import PEOPLES_CHANNELS, four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors.approvals import approvals_visible
 from plans.services.refusals import Refused, text_clean
-from plans.tools import get_registry
+from plans.tools import ToolSpec, get_registry
+
+# Takes the preview of a reviewer's edited arguments and records it (keyword arguments
+# approval, spec, args; returns its stored form): plans.runtime.previews.preview_for_edit,
+# bound at start-up by PlansConfig.ready, as previews are taken on the worker side's threads.
+EditPreviewer = Callable[..., dict[str, Any]]
+_edit_previewer: EditPreviewer | None = None
+
+
+def edit_previewer_bind(previewer: EditPreviewer) -> None:
+    """Name the function that takes the preview of an edit (see EditPreviewer)."""
+    global _edit_previewer
+    _edit_previewer = previewer
 
 
 class ApprovalRefused(Refused):
     """A decision that cannot be recorded; nothing was changed. Codes: signed_out,
     not_a_reviewer, reason_required, text_invalid, already_decided, run_ended, four_eyes,
-    not_in_group, already_approved, claimed, stale_hash, tool_unknown, args_invalid; through the API
-    also listed_twice, not_found and edit_with_reject."""
+    not_in_group, already_approved, claimed, stale_hash, preview_unseen, tool_unknown,
+    args_invalid; through the API also listed_twice, not_found and edit_with_reject."""
 
 
 class StaleArgs(ApprovalRefused):
@@ -51,12 +63,47 @@ class StaleArgs(ApprovalRefused):
 
 
 @dataclass(frozen=True)
+class ShownPreview:
+    """The preview of the arguments an approval would be decided on, as taken now: an edit's,
+    or the approval's own; its token is what a decision bound to it names."""
+
+    approval: Approval
+    args: dict[str, Any]
+    preview: dict[str, Any] | None
+    edited: bool
+
+    @property
+    def token(self) -> str:
+        return preview_token(args_sha256(self.approval.tool, self.args), self.preview)
+
+
+class PreviewUnseen(ApprovalRefused):
+    """preview_unseen: approving would bind a call to a preview its reviewer was not shown (that
+    of their edit, or one taken again since); holds those previews, to show before deciding."""
+
+    def __init__(self, previews: list[ShownPreview]) -> None:
+        steps = " and ".join(
+            f"step {shown.approval.step.step_id} ({shown.approval.tool})" for shown in previews
+        )
+        edited = all(shown.edited for shown in previews)
+        what = "your edited arguments of" if edited else "the arguments of"
+        super().__init__(
+            "preview_unseen",
+            f"Nothing was decided: read the preview of {what} {steps}, taken just now, then "
+            "approve again to confirm it. The call will be held to that preview's target.",
+        )
+        self.previews = previews
+
+
+@dataclass(frozen=True)
 class Seen:
-    """An approval as its reviewer saw it (the API): the hash of its arguments, and any edit."""
+    """An approval as its reviewer saw it (the API): the hash of its arguments, any edit, and
+    the token of the preview shown with them (plans.engine.preview_token; None: not said)."""
 
     approval_id: int
     args_sha256: str
     args: Mapping[str, Any] | None = None
+    preview_token: str | None = None
 
 
 def four_eyes_refused(what: str) -> ApprovalRefused:
@@ -83,6 +130,7 @@ def approval_decide(
     via: str = "web",
     resume: bool = True,
     seen_sha256: str | None = None,
+    seen_preview: str | None = None,
 ) -> Approval:
     """Record a reviewer's decision; refuses (changing nothing) when it may not be made."""
     return approvals_decide(
@@ -94,6 +142,7 @@ def approval_decide(
         via=via,
         resume=resume,
         seen={approval.pk: seen_sha256} if seen_sha256 is not None else None,
+        previews_seen={approval.pk: seen_preview} if seen_preview is not None else None,
     )[0]
 
 
@@ -108,12 +157,18 @@ def approvals_decide(
     resume: bool = True,
     changes_requested: bool = False,
     seen: Mapping[int, str] | None = None,
+    previews_seen: Mapping[int, str] | None = None,
 ) -> list[Approval]:
     """Decide several approvals together, all or nothing.
 
     seen: by approval, the hash of the arguments its reviewer was shown; a decision on other
     arguments is refused (stale_hash). An approval needing n distinct approvals (an approval
     rule) is decided by the n-th approval of the same arguments; a reject is always final.
+    An approved edit of a tool with a preview hook has its preview taken, and the approval is
+    bound to that one. previews_seen: by approval, the token of the preview its reviewer was
+    shown; given, an approval that does not name the preview it would bind is refused
+    (preview_unseen, with that preview): an edit is refused once, with its own preview, and
+    binds when approved again. Not given (the command line), an edit binds its preview at once.
     changes_requested: declined by a reviewer's request for changes (plans.services.changes).
     """
     if via in PEOPLES_CHANNELS:
@@ -121,6 +176,17 @@ def approvals_decide(
     reason = reason_clean(reason)
     rejection_reason_check(approve=approve, reason=reason)
     edited_args = edited_args or {}
+    edit_previews: dict[int, ShownPreview] = {}
+    if approve:
+        edit_previews = _edit_previews_take(approvals, reviewer, via, edited_args, seen=seen)
+    if previews_seen is not None:
+        unseen = [
+            shown
+            for shown in edit_previews.values()
+            if previews_seen.get(shown.approval.pk) != shown.token
+        ]
+        if unseen:
+            raise PreviewUnseen(unseen)
     decided: list[Approval] = []
     runs_to_resume: set[int] = set()
     with transaction.atomic():
@@ -138,9 +204,14 @@ def approvals_decide(
             args = edited_args.get(locked.pk)
             if args is not None and approve:
                 locked.args = _validated_edit(locked.tool, args, step_id=locked.step.step_id)
+                if locked.pk in edit_previews:
+                    # What the call is held to at launch: the target as this edit's preview saw it.
+                    locked.preview = edit_previews[locked.pk].preview
+            elif approve and previews_seen is not None and locked.pk in previews_seen:
+                _preview_seen_check(locked, previews_seen[locked.pk])
             locked.args_sha256 = args_sha256(locked.tool, locked.args)
             if approve and not _approval_counts_enough(locked, reviewer, via, edited=args):
-                locked.save(update_fields=["args", "args_sha256"])
+                locked.save(update_fields=["args", "args_sha256", "preview"])
                 append_events(locked.run_id, [counted_event(locked, reviewer)])
                 decided.append(locked)
                 continue
@@ -171,11 +242,56 @@ def approvals_decide(
     return decided
 
 
+def _edit_previews_take(
+    approvals: list[Approval],
+    reviewer: User | None,
+    via: str,
+    edited_args: Mapping[int, Mapping[str, Any]],
+    *,
+    seen: Mapping[int, str] | None,
+) -> dict[int, ShownPreview]:
+    """The previews of the approved edits of tools with a preview hook, by approval: taken
+    before the decision's transaction (a hook may take its whole limit, with no row locked
+    meanwhile), and only for a decision that would otherwise be made."""
+    taken: dict[int, ShownPreview] = {}
+    for approval in approvals:
+        args = edited_args.get(approval.pk)
+        spec = get_registry().get(approval.tool) if args is not None else None
+        if args is None or spec is None or spec.preview is None:
+            continue  # no edit, or no preview (an unknown tool is refused in the transaction)
+        current = Approval.objects.select_related(
+            "run__goal__author", "reviewer", "step", "claimed_by"
+        ).get(pk=approval.pk)
+        _check_decision_allowed(current, reviewer, via)
+        if seen is not None:
+            approval_seen_check(current, seen.get(current.pk))
+        valid = _validated_edit(current.tool, args, step_id=current.step.step_id)
+        taken[approval.pk] = ShownPreview(
+            current, valid, _edit_preview(current, spec, valid), edited=True
+        )
+    return taken
+
+
+def _edit_preview(approval: Approval, spec: ToolSpec, args: dict[str, Any]) -> dict[str, Any]:
+    if _edit_previewer is None:
+        raise RuntimeError("no edit previewer bound: plans.apps.PlansConfig.ready() has not run")
+    return _edit_previewer(approval=approval, spec=spec, args=args)
+
+
+def _preview_seen_check(approval: Approval, token: str) -> None:
+    """Refuse approving arguments whose preview is not the one the reviewer was shown (one
+    taken for another reviewer's edit since): preview_unseen, showing the current one."""
+    shown = ShownPreview(approval, approval.args, approval.preview, edited=False)
+    if token != shown.token:
+        raise PreviewUnseen([shown])
+
+
 def _approval_counts_enough(
     approval: Approval, reviewer: User | None, via: str, *, edited: Mapping[str, Any] | None
 ) -> bool:
     """Count this approval towards the n distinct ones the approval needs; True if it is the
-    n-th on the current arguments (an edit starts the count again, at this approval).
+    n-th on the current arguments and their preview (an edit starts the count again, at this
+    approval, so the next reviewer decides on the edit's preview).
 
     The command line (the operator's own shell, with no person named) decides outright.
     """
@@ -184,7 +300,11 @@ def _approval_counts_enough(
     if approval.run.goal.author_id == reviewer.pk:
         # Whatever AGENTSITE_FOUR_EYES says, the author is never one of the n.
         raise four_eyes_refused("destructive steps")
-    votes = ApprovalVote.objects.filter(approval=approval, args_sha256=approval.args_sha256)
+    votes = ApprovalVote.objects.filter(
+        approval=approval,
+        args_sha256=approval.args_sha256,
+        target_version=approval.target_version or "",
+    )
     if votes.filter(reviewer=reviewer).exists():
         raise ApprovalRefused(
             "already_approved",
@@ -196,6 +316,7 @@ def _approval_counts_enough(
         approval=approval,
         reviewer=reviewer,
         args_sha256=approval.args_sha256,
+        target_version=approval.target_version or "",
         args=approval.args,
         edited=edited is not None and dict(edited) != approval.requested_args,
         via=via,
@@ -228,9 +349,17 @@ def counted_event(approval: Approval, reviewer: User | None) -> tuple[str, dict[
             "args": approval.args,
             "args_sha256": approval.args_sha256,
             "edited": approval.args != approval.requested_args,
+            **edit_preview_payload(approval),
             "rule": approval.rule,
         },
     )
+
+
+def edit_preview_payload(approval: Approval) -> dict[str, Any]:
+    """What a decision event says of the preview an edit was bound to (nothing for no edit)."""
+    if approval.args == approval.requested_args or approval.preview is None:
+        return {}
+    return {"preview": approval.preview}
 
 
 def approvals_decide_seen(
@@ -242,7 +371,8 @@ def approvals_decide_seen(
     via: str = "api",
 ) -> list[Approval]:
     """Decide approvals named by id, each bound to the hash of the arguments its reviewer saw:
-    if one is not its approval's (the arguments changed since), nothing is decided."""
+    if one is not its approval's (the arguments changed since), nothing is decided. An edit of
+    a tool with a preview hook must also name its preview's token (preview_unseen hands it)."""
     reviewer_check(reviewer)
     ids = [choice.approval_id for choice in seen]
     if len(set(ids)) != len(ids):
@@ -279,6 +409,11 @@ def approvals_decide_seen(
         edited_args=edited or None,
         via=via,
         seen={choice.approval_id: choice.args_sha256 for choice in seen},
+        previews_seen={
+            choice.approval_id: choice.preview_token
+            for choice in seen
+            if choice.preview_token is not None
+        },
     )
 
 
@@ -353,6 +488,7 @@ def decided_event(
             "args": approval.args,
             "edited": approval.args != approval.requested_args,
             "args_sha256": approval.args_sha256,
+            **edit_preview_payload(approval),
         },
     )
 

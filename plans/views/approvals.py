@@ -12,6 +12,7 @@ from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from plans.engine import preview_token
 from plans.engine.parsing import JSONUnreadable, read_json
 from plans.engine.plan_diff import ArgChange, args_changes
 from plans.engine.text import whole_number
@@ -34,7 +35,13 @@ from plans.selectors.approvals import (
     round_after_decision,
 )
 from plans.selectors.runs import run_visible_get
-from plans.services.approvals import ApprovalRefused, approval_claim, approvals_decide
+from plans.services.approvals import (
+    ApprovalRefused,
+    PreviewUnseen,
+    ShownPreview,
+    approval_claim,
+    approvals_decide,
+)
 from plans.services.changes import changes_request
 from plans.templatetags.agentsite import pretty_json
 from plans.ui.effects import effect_line
@@ -55,6 +62,11 @@ class ApprovalCard:
     changed_by: str = ""
     routed_away: bool = False  # an approval rule routed it to groups the viewer is not in
     replan: ReplanNote | None = None  # a reviewer's request for changes made this version
+    # The token of the preview the card shows, sent back with the decision to be bound to it.
+    preview_token: str = ""
+    # An approval refused as preview_unseen: the preview of the reviewer's edit (or the
+    # approval's, taken since), shown before they approve again.
+    unseen: ShownPreview | None = None
 
 
 @dataclass
@@ -123,6 +135,7 @@ def _inbox_with_drafts(
     *,
     reason: str,
     stale: dict[int, str] | None = None,
+    unseen: list[ShownPreview] | None = None,
 ) -> HttpResponse | None:
     """The whole inbox, the refused group showing its error and what the reviewer typed.
 
@@ -134,6 +147,7 @@ def _inbox_with_drafts(
         return None
     refused[0].error, refused[0].reason = error, reason
     _mark_stale(refused[0].cards, stale or {})
+    _mark_unseen(refused[0].cards, unseen or [])
     context = _inbox_context(request, groups=groups)
     return render(request, "plans/inbox.html", context, status=status)
 
@@ -153,6 +167,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
     edited: dict[int, dict[str, Any]] = {}
     decided: list[Approval] = []
     stale: dict[int, str] = {}
+    unseen: list[ShownPreview] = []
     if not chosen:
         error, status = "Tick at least one step to decide.", 422
     elif approve:
@@ -165,6 +180,9 @@ def decide(request: SignedInRequest) -> HttpResponse:
             error, status = str(refused), refusal_status(refused)
     elif not error:
         seen = {a.pk: form.seen_for(a.pk) or "" for a in chosen}
+        previews_seen = {
+            a.pk: token for a in chosen if (token := form.preview_seen_for(a.pk)) is not None
+        }
         try:
             decided = approvals_decide(
                 approvals=chosen,
@@ -173,9 +191,12 @@ def decide(request: SignedInRequest) -> HttpResponse:
                 reason=reason,
                 edited_args=edited or None,
                 seen=seen,
+                previews_seen=previews_seen,
             )
         except ApprovalRefused as refused:
             error, status = str(refused), refusal_status(refused)
+            if isinstance(refused, PreviewUnseen):
+                unseen = refused.previews  # shown on their cards; the drafts are kept
             if refused.code == "stale_hash":
                 # The cards show the arguments as they are now, and what changed: no draft of
                 # the old ones is kept.
@@ -186,10 +207,17 @@ def decide(request: SignedInRequest) -> HttpResponse:
         # Without JavaScript: post, then redirect back to the inbox with the outcome; a refused
         # edit shows the inbox again at once instead, so what the reviewer typed is kept.
         typed = _typed_drafts(chosen, drafts)
-        if error and (typed or reason.strip() or stale):
+        if error and (typed or reason.strip() or stale or unseen):
             refused_group = (run_id, round_no)
             shown = _inbox_with_drafts(
-                request, refused_group, typed, error, status, reason=reason, stale=stale
+                request,
+                refused_group,
+                typed,
+                error,
+                status,
+                reason=reason,
+                stale=stale,
+                unseen=unseen,
             )
             if shown is not None:
                 return shown
@@ -205,6 +233,7 @@ def decide(request: SignedInRequest) -> HttpResponse:
         return render(request, "plans/inbox.html#refusal", {"error": error}, status=status)
     group.error = error
     _mark_stale(group.cards, stale)
+    _mark_unseen(group.cards, unseen)
     context = _inbox_context(request, group=group)
     return render(request, "plans/inbox.html#decision_group", context, status=status)
 
@@ -269,6 +298,7 @@ def decision_groups(
                 routed_away=viewer is not None
                 and routing_forbids(user=viewer, groups=approval.groups),
                 replan=replans.get(approval.pk),
+                preview_token=preview_token(approval.args_sha256, approval.preview),
             )
         )
     refusals = changes_refusals(
@@ -290,6 +320,16 @@ def _mark_stale(cards: list[ApprovalCard], seen: dict[int, str]) -> None:
         shown, card.changed_by = approval_args_seen(approval, seen[approval.pk])
         if shown is not None:
             card.changes = args_changes(shown, approval.args)
+
+
+def _mark_unseen(cards: list[ApprovalCard], unseen: list[ShownPreview]) -> None:
+    """Cards refused as preview_unseen: the preview to read, and its token to approve with."""
+    by_approval = {shown.approval.pk: shown for shown in unseen}
+    for card in cards:
+        shown = by_approval.get(card.approval.pk)
+        if shown is not None:
+            card.unseen, card.preview_token = shown, shown.token
+            card.effect = effect_line(shown.approval.tool, shown.args)  # what approving runs
 
 
 def _decided_message(decided: list[Approval], *, approve: bool) -> str:

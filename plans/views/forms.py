@@ -58,6 +58,12 @@ class RoundDecisionForm(VerdictForm):
             for name, value in data.items()
             if name.startswith("seen-")
         }
+        # And the token of the preview it showed with them (plans.engine.preview_token).
+        self.previews_by_text = {
+            name.removeprefix("preview-"): value
+            for name, value in data.items()
+            if name.startswith("preview-")
+        }
 
     def clean_group(self) -> tuple[int, int]:
         run_text, _, round_text = self.cleaned_data["group"].partition("-")
@@ -73,6 +79,10 @@ class RoundDecisionForm(VerdictForm):
     def seen_for(self, approval_id: int) -> str | None:
         """The args_sha256 the step's card showed (None: the form did not say)."""
         return self.seen_by_text.get(str(approval_id))
+
+    def preview_seen_for(self, approval_id: int) -> str | None:
+        """The token of the preview the step's card showed (None: the form did not say)."""
+        return self.previews_by_text.get(str(approval_id))
 
 
 class PlanDecisionForm(VerdictForm):

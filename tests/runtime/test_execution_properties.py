@@ -242,7 +242,18 @@ def test_replans_never_repeat_an_effect_unless_the_plan_marks_a_repeat(
 # --- previews bound to their targets --------------------------------------------------------
 
 PREVIEW_ACTIONS = st.lists(
-    st.sampled_from(["advance 0", "advance 1", "approve 0", "approve 1", "restock"]),
+    st.sampled_from(
+        [
+            "advance 0",
+            "advance 1",
+            "approve 0",
+            "approve 1",
+            "edit 0",
+            "edit 1",
+            "restock widget",
+            "restock gadget",
+        ]
+    ),
     max_size=12,
 )
 
@@ -256,16 +267,21 @@ PREVIEW_ACTIONS = st.lists(
 @example(
     actions=["advance 0", "advance 1", "approve 0", "approve 1", "advance 0"], quantities=(2, 2)
 )
+@example(
+    actions=["advance 0", "advance 1", "edit 0", "approve 1", "advance 1", "advance 0"],
+    quantities=(2, 2),
+)
 def test_no_call_runs_against_a_target_version_other_than_the_one_its_approver_saw(
     settings, author, reviewer, actions, quantities
 ):
-    """Two runs ship from one stock item, with approvals, launches and outside changes in a
-    random order: every shipment is made against the version its approval's preview showed."""
+    """Two runs ship from one stock item, with approvals, edits moving a call to the other
+    item and back, launches and outside changes in a random order: every shipment is made
+    against the version its approval's preview showed (an edit's, for an edited call)."""
     from plans.services.approvals import approval_decide
     from tests import preview_tools
 
     settings.AGENTSITE_TOOL_MODULES = ["tests.preview_tools"]
-    preview_tools.reset(widget=6)
+    preview_tools.reset(widget=6, gadget=6)
     runs = [
         run_create(
             author=author,
@@ -277,18 +293,24 @@ def test_no_call_runs_against_a_target_version_other_than_the_one_its_approver_s
         for index, q in enumerate(quantities)
     ]
 
-    def approve(run):
+    def approve(run, *, edit=False):
         for approval in Approval.objects.filter(run=run, decision="pending"):
-            approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+            moved = None
+            if edit:  # to the other item: another target than the one the run asked about
+                other = "gadget" if approval.args["item"] == "widget" else "widget"
+                moved = {**approval.args, "item": other}
+            approval_decide(
+                approval=approval, reviewer=reviewer, approve=True, edited_args=moved, resume=False
+            )
 
     for action in actions:
-        if action == "restock":
-            preview_tools.restock("widget", 1)
+        verb, what = action.split()
+        if verb == "restock":
+            preview_tools.restock(what, 1)
             continue
-        verb, index = action.split()
-        run = runs[int(index)]
-        if verb == "approve":
-            approve(run)
+        run = runs[int(what)]
+        if verb in ("approve", "edit"):
+            approve(run, edit=verb == "edit")
         elif not Run.objects.get(pk=run.pk).is_terminal:
             advance_run(run.pk)
     for _ in range(4):  # then each is decided and launched until it ends
@@ -300,9 +322,10 @@ def test_no_call_runs_against_a_target_version_other_than_the_one_its_approver_s
     assert all(Run.objects.get(pk=run.pk).is_terminal for run in runs)
     keys = [key for _, _, key in preview_tools.shipped]
     assert len(keys) == len(set(keys))  # each call at most once
-    for _, version, key in preview_tools.shipped:
+    for item, version, key in preview_tools.shipped:
         step = Step.objects.get(idempotency_key=key)
         (authorised,) = Approval.objects.filter(step=step, decision="approved")
-        assert authorised.target_version == f"widget@{version}"
+        assert authorised.target_version == f"{item}@{version}"
+        assert authorised.args["item"] == item
     for approval in Approval.objects.filter(decision="stale"):
         assert approval.superseded_by.supersedes_id == approval.pk

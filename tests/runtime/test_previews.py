@@ -158,20 +158,6 @@ def test_a_rejected_fresh_request_blocks_the_step(author, reviewer):
     assert preview_tools.shipped == []
 
 
-def test_an_edit_is_held_to_the_preview_its_reviewer_decided_on(author, reviewer):
-    run, _ = start(author)
-    approval = waiting(run)
-    edited = {"item": "widget", "quantity": 4}
-    approval_decide(
-        approval=approval, reviewer=reviewer, approve=True, edited_args=edited, resume=False
-    )
-
-    assert advance_run(run.pk) == Run.Status.COMPLETED  # the edit is not a change of target
-    assert preview_tools.stock["widget"] == 6
-    launch = ToolPreview.objects.get(run=run, purpose="launch")
-    assert launch.args == {"item": "widget", "quantity": 3}  # what the preview was shown for
-
-
 REFUND = {
     "steps": [
         {

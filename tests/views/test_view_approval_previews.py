@@ -3,18 +3,20 @@ request comes back stale), the run page's step panel, the API's approval object 
 approvals e-mail; a preview's text is the tool's, shown escaped."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from plans.models import Approval, Step
+from plans.models import Approval, Step, ToolPreview
 from plans.notifications.emails import approval_round_email
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from tests import preview_tools
 from tests.html_safety import IMG, SCRIPT, executable_markup
+from tests.pages import section
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -193,3 +195,254 @@ def test_a_stale_request_is_mailed_again_though_its_round_was_mailed(author, rev
         ("email", "approval.requested"),
         ("email", "approval.stale"),
     ]
+
+
+# --- an edit's own preview, read before the approval binds to it -------------------------------
+
+
+def decide_on_card(client, approval, page, *, draft=None, htmx=True):
+    """Approve as the card in `page` would post it: its hashes, its preview token, any draft."""
+    token = re.search(rf'name="preview-{approval.pk}" value="(\w+)"', page)[1]
+    data = {
+        "group": f"{approval.run_id}-{approval.step.round}",
+        "approval": [approval.pk],
+        "decision": "approve",
+        f"seen-{approval.pk}": approval.args_sha256,
+        f"preview-{approval.pk}": token,
+    }
+    if draft is not None:
+        data[f"args-{approval.pk}"] = json.dumps(draft)
+    headers = {"HX-Request": "true"} if htmx else {}
+    return client.post(reverse("plans:decide"), data, headers=headers)
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_an_edit_shows_its_own_preview_before_the_approval_binds_to_it(
+    client, author, reviewer, htmx
+):
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    card = client.get(reverse("plans:inbox")).content.decode()
+    edited = {"item": HOSTILE_ITEM, "quantity": 2}
+
+    shown = decide_on_card(client, approval, card, draft=edited, htmx=htmx)
+
+    page = shown.content.decode()
+    assert shown.status_code == 409
+    assert "read the preview of your edited arguments of step 1 (ship)" in page
+    assert "Preview of your edited arguments" in page
+    assert "Ship 2 of &lt;script&gt;alert(1)&lt;/script&gt;" in page  # the tool's text, escaped
+    assert executable_markup(page) == []
+    assert "&quot;quantity&quot;: 2" in page  # the draft is kept
+    approval.refresh_from_db()
+    assert approval.decision == "pending" and approval.args["quantity"] == 3
+
+    decided = decide_on_card(client, approval, page, draft=edited, htmx=htmx)
+
+    approval.refresh_from_db()
+    assert decided.status_code == (200 if htmx else 302)
+    assert approval.decision == "approved" and approval.args == edited
+    assert approval.target_version == f"{HOSTILE_ITEM}@1"
+
+
+def test_an_edit_whose_preview_hangs_says_no_preview_and_is_approved_on_the_second_click(
+    client, author, reviewer
+):
+    run = parked(author, tool="ship_hanging")
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+    card = client.get(reverse("plans:inbox")).content.decode()
+    edited = {"item": "widget", "quantity": 1}
+
+    shown = decide_on_card(client, approval, card, draft=edited)
+    page = shown.content.decode()
+    assert "no preview: timed out after 0.2s" in page.split("Preview of your edited arguments")[1]
+
+    decided = decide_on_card(client, approval, page, draft=edited)
+    approval.refresh_from_db()
+    assert decided.status_code == 200
+    assert (approval.decision, approval.args) == ("approved", edited)
+    assert approval.preview == {"error": "timed out after 0.2s"}
+
+
+def test_the_next_approver_is_shown_the_edits_preview(client, author, reviewer, settings):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.two_for_shipping"]
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    approval_decide(
+        approval=approval,
+        reviewer=reviewer,
+        approve=True,
+        edited_args={"item": "widget", "quantity": 5},
+        resume=False,
+    )
+    erin = type(reviewer).objects.create_user("erin")
+    erin.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    client.force_login(erin)
+
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    assert "Preview of the effect" in page and "of the edited arguments" in page
+    assert "Ship 5 of widget; 10 in stock" in page
+    assert "Ship 3 of widget" not in page
+
+
+def test_an_api_edit_is_handed_its_preview_and_token_before_it_is_approved(
+    client, author, reviewer
+):
+    run = parked(author)
+    client.force_login(reviewer)
+    (listed,) = client.get("/api/v1/approvals/").json()
+    edited = {"item": "widget", "quantity": 4}
+    choice = {"id": listed["id"], "args_sha256": listed["args_sha256"], "args": edited}
+    decide = "/api/v1/approvals/decide/"
+
+    refused = client.post(
+        decide, {"decision": "approve", "approvals": [choice]}, content_type="application/json"
+    )
+
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["code"] == "preview_unseen"
+    (shown,) = body["previews"]
+    assert (shown["id"], shown["args"], shown["edited"]) == (listed["id"], edited, True)
+    assert shown["preview"]["summary"] == "Ship 4 of widget; 10 in stock"
+    assert Approval.objects.get(run=run).decision == "pending"
+
+    choice["preview_token"] = shown["preview_token"]
+    decided = client.post(
+        decide, {"decision": "approve", "approvals": [choice]}, content_type="application/json"
+    )
+
+    assert decided.status_code == 200
+    approval = Approval.objects.get(run=run)
+    assert (approval.decision, approval.args) == ("approved", edited)
+    assert approval.preview["summary"] == "Ship 4 of widget; 10 in stock"
+
+
+def test_an_api_approval_naming_its_preview_token_is_held_to_that_preview(client, author, reviewer):
+    parked(author)
+    client.force_login(reviewer)
+    (listed,) = client.get("/api/v1/approvals/").json()
+    choice = {
+        "id": listed["id"],
+        "args_sha256": listed["args_sha256"],
+        "preview_token": "0" * 32,  # not the token of the preview the approval holds
+    }
+
+    refused = client.post(
+        "/api/v1/approvals/decide/",
+        {"decision": "approve", "approvals": [choice]},
+        content_type="application/json",
+    )
+
+    assert refused.status_code == 409 and refused.json()["code"] == "preview_unseen"
+    assert refused.json()["previews"][0]["preview_token"] == listed["preview_token"]
+
+
+# --- previews on the audit page and in its export ----------------------------------------------
+
+
+def audit_rows(client, run, **query):
+    """The audit page's tool-call rows, each as (kind, its text without tags), in page order."""
+    response = client.get(reverse("plans:run_audit", args=[run.pk]), query)
+    assert response.status_code == 200
+    page = response.content.decode()
+    rows = re.findall(
+        r"<tr( class=\"preview-row\")?>(.*?)</tr>", section(page, "tool-calls-heading"), re.S
+    )
+    return page, [
+        ("preview" if marked else "call", " ".join(re.sub(r"<[^>]+>", " ", html).split()))
+        for marked, html in rows
+        if "<td" in html
+    ]
+
+
+def test_the_audit_lists_each_preview_with_the_calls_in_the_order_they_started(
+    client, author, reviewer
+):
+    run = parked(author)
+    approval = Approval.objects.get(run=run)
+    edited = {"item": "widget", "quantity": 2}
+    approval_decide(
+        approval=approval, reviewer=reviewer, approve=True, edited_args=edited, resume=False
+    )
+    advance_run(run.pk)
+    client.force_login(author)
+
+    _, rows = audit_rows(client, run)
+
+    assert [kind for kind, _ in rows] == ["preview", "preview", "call", "preview"]
+    request, edit, _, launch = (text for _, text in rows)
+    assert "before the decision" in request and "Ship 3 of widget; 10 in stock" in request
+    assert "of a reviewer&#x27;s edit" in edit and "Ship 2 of widget; 10 in stock" in edit
+    assert "re-checked before the call" in launch and "target version widget@1" in launch
+    hashed = ToolPreview.objects.get(run=run, purpose="edit").args_sha256
+    assert hashed == Approval.objects.get(run=run).args_sha256
+    assert hashed[:16] in edit  # the arguments' hash, as the approval's
+    assert "ms" in launch  # how long the hook took
+
+
+def test_a_failed_or_hostile_preview_is_listed_escaped_on_the_audit_page(client, author):
+    hanging = parked(author, tool="ship_hanging")
+    hostile = parked(author, item=HOSTILE_ITEM)
+    client.force_login(author)
+
+    _, (failed,) = audit_rows(client, hanging)
+    page, (shown,) = audit_rows(client, hostile)
+
+    assert "no preview: timed out after 0.2s" in failed[1]
+    assert "Ship 3 of &lt;script&gt;alert(1)&lt;/script&gt;" in shown[1]
+    assert executable_markup(page) == []
+
+
+def test_each_preview_is_listed_once_beside_its_page_of_tool_calls(
+    client, author, reviewer, monkeypatch
+):
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 1)
+    steps = [
+        {"id": 1, "tool": "ship", "args": {"item": "widget", "quantity": 1}},
+        {"id": 2, "tool": "ship", "args": {"item": "widget", "quantity": 2}, "depends_on": [1]},
+    ]
+    run = run_create(author=author, goal_text="ship twice", plan_data={"steps": steps})
+    for _ in steps:
+        advance_run(run.pk)
+        approval = Approval.objects.get(run=run, decision="pending")
+        approval_decide(approval=approval, reviewer=reviewer, approve=True, resume=False)
+    advance_run(run.pk)
+    client.force_login(author)
+
+    _, first = audit_rows(client, run)
+    _, second = audit_rows(client, run, tool_calls_after=1)
+
+    assert [kind for kind, _ in first] == ["preview", "call"]  # step 1's request, its call
+    assert [kind for kind, _ in second] == ["preview", "preview", "call", "preview"]
+    assert ToolPreview.objects.filter(run=run).count() == 4  # each listed once
+
+
+def test_the_export_lists_every_preview(client, author, reviewer):
+    run = parked(author)
+    approval_decide(
+        approval=Approval.objects.get(run=run),
+        reviewer=reviewer,
+        approve=True,
+        edited_args={"item": "widget", "quantity": 2},
+        resume=False,
+    )
+    advance_run(run.pk)
+    client.force_login(author)
+
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    exported = json.loads(b"".join(response.streaming_content))["tool_previews"]
+
+    assert [row["purpose"] for row in exported] == ["request", "edit", "launch"]
+    edit = exported[1]
+    assert (edit["step"], edit["tool"], edit["args"]) == (
+        1,
+        "ship",
+        {"item": "widget", "quantity": 2},
+    )
+    assert edit["args_sha256"] == Approval.objects.get(run=run).args_sha256
+    assert edit["preview"]["target_version"] == "widget@1" and edit["error"] == ""
+    assert edit["duration_ms"] >= 0 and edit["started_at"]

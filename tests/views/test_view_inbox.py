@@ -1,6 +1,7 @@
 """The approvals inbox: what waits, deciding in place, edits, refusals, and the nav badge."""
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -150,8 +151,15 @@ def test_a_reviewer_may_edit_the_arguments_and_both_versions_are_kept(client, au
     approval = Approval.objects.get(run=run)
     edited = {**approval.requested_args, "amount_inr": 1000}
     client.force_login(reviewer)
+    draft = {f"args-{approval.pk}": json.dumps(edited)}
 
-    response = decide(client, [approval], "approve", **{f"args-{approval.pk}": json.dumps(edited)})
+    # First the edit's own preview is shown, then the approval is bound to it.
+    shown = decide(client, [approval], "approve", **draft)
+    assert shown.status_code == 409
+    assert "Refund ₹1,000 of ₹2,499" in shown.content.decode()
+    token = re.search(rf'name="preview-{approval.pk}" value="(\w+)"', shown.content.decode())
+    draft[f"preview-{approval.pk}"] = token[1]
+    response = decide(client, [approval], "approve", **draft)
 
     approval.refresh_from_db()
     assert response.status_code == 200

@@ -580,10 +580,11 @@ def test_the_audit_and_export_make_as_few_queries_whatever_the_number_of_steps(
     assert run.status == Run.Status.COMPLETED
     client.force_login(author)
 
-    # 18: the audit also lists the run's forks and re-runs (one query).
-    with django_assert_max_num_queries(18):
+    # 19: the audit also lists the run's forks and re-runs (one query), and the previews taken
+    # beside its tool calls (one, as the export).
+    with django_assert_max_num_queries(19):
         audit_page(client, run)
-    with django_assert_max_num_queries(17):
+    with django_assert_max_num_queries(18):
         response = client.get(reverse("plans:run_export", args=[run.pk]))
         exported = json.loads(b"".join(response.streaming_content))
 
