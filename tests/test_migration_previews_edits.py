@@ -32,7 +32,7 @@ def test_earlier_votes_keep_their_approvals_version_and_previews_get_their_hash(
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
 
     migrate("0034_run_replay")  # as the rows were before: no version, no hash
-    migrate("0040_previews_edits")
+    migrate("0035_previews_edits")
 
     approval = Approval.objects.get(run=run)
     assert ApprovalVote.objects.get().target_version == "widget@1"
