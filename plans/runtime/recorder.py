@@ -33,7 +33,7 @@ from plans.bulk import (
 from plans.guards.redaction import redact, redacted_json
 from plans.journal.events import LeaseLost, announce_committed, append_events
 from plans.journal.leases import Lease
-from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
+from plans.journal.rollup import approvals_recorded, model_calls_recorded, tool_calls_recorded
 from plans.models import (
     Approval,
     HumanQuestion,
@@ -401,6 +401,7 @@ class _Writer:
                 Approval.objects.filter(pk=stale.pk).update(decision=Approval.Decision.STALE)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+                approvals_recorded(batch.approvals)  # those a rule decided as they were asked
             if batch.previews:
                 ToolPreview.objects.bulk_create([_redacted_preview(p) for p in batch.previews])
             if batch.questions:
