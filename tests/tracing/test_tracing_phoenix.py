@@ -102,3 +102,49 @@ def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
     (root,) = [span for span in spans if span["parent_id"] is None]
     assert root["name"] == "invoke_agent agentsite"
     assert root["attributes"]["agentsite.run.status"] == "completed"
+
+
+def test_phoenix_shows_the_approval_span_with_its_wait_and_rule(
+    author, reviewer, phoenix, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from plans.llm.offline import REFUND_GOAL
+    from plans.models import Approval
+    from plans.services.approvals import approval_decide
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
+    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
+    provider = new_provider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = RunTracer(provider, exporter=exporter)
+    set_run_observer(tracer)
+    try:
+        run = run_create(author=author, goal_text=REFUND_GOAL)
+        advance_run(run.pk)
+        refund = Approval.objects.get(run=run, decision="pending")
+        Approval.objects.filter(pk=refund.pk).update(
+            requested_at=timezone.now() - timedelta(seconds=45, microseconds=1)
+        )
+        refund.refresh_from_db()
+        approval_decide(approval=refund, reviewer=reviewer, approve=True)
+        assert tracer.flush()
+    finally:
+        set_run_observer(None)
+        tracer.shutdown()
+
+    deadline = time.monotonic() + 30
+    while not [s for s in spans_in(phoenix) if s["name"] == "approval send_email"]:
+        assert time.monotonic() < deadline, "Phoenix has no span of the e-mail's approval"
+        time.sleep(0.2)
+    spans = {span["name"]: span for span in spans_in(phoenix)}
+    by_person = spans["approval issue_refund"]["attributes"]
+    assert by_person["agentsite.approval.rule"] == "refunds_need_a_reviewer"
+    assert by_person["agentsite.approval.rule_outcome"] == "require"
+    assert by_person["agentsite.approval.wait_s"] in (45, 46)
+    assert by_person["agentsite.approval.reviewer"] == "bob"
+    by_rule = spans["approval send_email"]["attributes"]
+    assert by_rule["agentsite.approval.rule"] == "customer_emails_go_out"
+    assert by_rule["agentsite.approval.via"] == "rule" and by_rule["agentsite.approval.wait_s"] == 0
