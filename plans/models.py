@@ -611,6 +611,11 @@ class HumanQuestion(models.Model):
     def __str__(self) -> str:
         return f"{self.state} question for run {self.run_id}"
 
+    @property
+    def deadline(self) -> datetime:
+        """When it expires if nobody answers it (AGENTSITE_APPROVAL_TTL_S after it was asked)."""
+        return self.asked_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
+
 
 class RunEvent(models.Model):
     """Append-only log of everything that happened in a run; seq is contiguous per run."""
