@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja import Router
 
+from plans.api.approvals import DECISION_ERRORS
 from plans.api.errors import ErrorOut, not_found
 from plans.api.runs import run_url
 from plans.api.schemas import AnsweredOut, AnswerIn, QuestionOut
@@ -15,16 +16,6 @@ from plans.selectors.approvals import question_visible, questions_waiting
 from plans.services.questions import question_answer
 
 router = Router(tags=["questions"])
-
-ANSWER_ERRORS: dict[int, type[ErrorOut]] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-    422: ErrorOut,
-}
 
 
 @router.get(
@@ -53,7 +44,7 @@ def list_questions(request: HttpRequest) -> list[dict[str, Any]]:
 
 @router.post(
     "/questions/{int:question_id}/answer/",
-    response={200: AnsweredOut, **ANSWER_ERRORS},
+    response={200: AnsweredOut, **DECISION_ERRORS},
     summary="Answer a question; the run continues with the answer as the step's result",
     description="The same rule as the inbox: the run's author answers a question for the "
     "author, a member of the role one for a role (403 not_in_audience). An answer is final: "

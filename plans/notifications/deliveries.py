@@ -126,30 +126,16 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
             dedupe=f"approval-round:{run.pk}:v{version}:r{payload.get('round')}{again}",
             due=later,
         )
-    if event_type == "approval.reminded":
-        # Chasing one request: its deciders are reminded, once per reminder (they repeat).
-        reminder = payload.get("reminder", 1)
-        return _per_reviewer(
-            run,
-            event_type,
-            {
-                "email": "approval_reminder",
-                "run": run.pk,
-                "approval": payload.get("approval"),
-                "reminder": reminder,
-            },
-            dedupe=f"approval_reminder:{payload.get('approval')}:{reminder}",
-            due=now,
-        )
-    if event_type == "approval.escalated":
-        # ... and, once, the escalation groups are told.
-        return _per_reviewer(
-            run,
-            event_type,
-            {"email": "approval_escalated", "run": run.pk, "approval": payload.get("approval")},
-            dedupe=f"approval_escalated:{payload.get('approval')}",
-            due=now,
-        )
+    if event_type in ("approval.reminded", "approval.escalated"):
+        # Chasing one request: its deciders are reminded (each reminder anew: they repeat),
+        # the escalation groups are told (once).
+        kind = "approval_reminder" if event_type == "approval.reminded" else "approval_escalated"
+        email = {"email": kind, "run": run.pk, "approval": payload.get("approval")}
+        dedupe = f"{kind}:{payload.get('approval')}"
+        if "reminder" in payload:
+            email["reminder"] = payload["reminder"]
+            dedupe += f":{payload['reminder']}"
+        return _per_reviewer(run, event_type, email, dedupe=dedupe, due=now)
     if event_type == "plan.approval_requested":
         return _per_reviewer(
             run,
