@@ -124,14 +124,19 @@ def test_an_author_who_turned_them_off_gets_no_run_emails(people, smtp_server):
     assert smtp_server.messages == []
 
 
-def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_server):
+def two_steps_waiting(people, mailbox) -> None:
+    """A run of the author's with two steps waiting, and bob's email about them received."""
     run = run_create(
         author=people["author"],
         goal_text=HOSTILE_GOAL,
         plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
     )
     advance_run(run.pk)
-    delivered(smtp_server, 1)  # bob's, at once
+    delivered(mailbox, 1)  # bob's, at once
+
+
+def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_server):
+    two_steps_waiting(people, smtp_server)
 
     call_command("send_approval_digest", verbosity=0)
 
@@ -148,13 +153,7 @@ def test_the_workers_sweep_sends_the_digest_without_cron_to_each_reader_alone(
     dan = django_user_model.objects.create_user("dan", email="dan@example.com")
     dan.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     NotificationPreference.objects.create(user=dan, approval_emails="daily")
-    run = run_create(
-        author=people["author"],
-        goal_text=HOSTILE_GOAL,
-        plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
-    )
-    advance_run(run.pk)
-    delivered(smtp_server, 1)  # bob's, at once
+    two_steps_waiting(people, smtp_server)
 
     sweep_once()
     sweep_once()  # the period is claimed: nothing more

@@ -6,14 +6,20 @@ import socket
 import subprocess
 import time
 import urllib.request
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from plans.llm.offline import REFUND_GOAL
+from plans.models import Approval
 from plans.runtime.advance import advance_run
 from plans.runtime.telemetry import set_run_observer
+from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from plans.tracing.spans import HealthTrackingExporter, RunTracer, new_provider
 from tests.engine.engine_catalog import SEED_PLAN
@@ -64,6 +70,21 @@ def phoenix(tmp_path):
         process.wait(30)
 
 
+@contextmanager
+def exported_to(phoenix):
+    """Runs traced through the SDK's OTLP/HTTP exporter to Phoenix while the block runs."""
+    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
+    provider = new_provider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = RunTracer(provider, exporter=exporter)
+    set_run_observer(tracer)
+    try:
+        yield tracer
+    finally:
+        set_run_observer(None)
+        tracer.shutdown()
+
+
 def spans_in(base_url):
     with urllib.request.urlopen(  # noqa: S310 - Phoenix on loopback
         f"{base_url}/v1/projects/default/spans?limit=100", timeout=10
@@ -72,18 +93,10 @@ def spans_in(base_url):
 
 
 def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
-    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
-    provider = new_provider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tracer = RunTracer(provider, exporter=exporter)
-    set_run_observer(tracer)
-    try:
+    with exported_to(phoenix) as tracer:
         run = run_create(author=author, goal_text="seed prices", plan_data=SEED_PLAN)
         advance_run(run.pk)
         assert tracer.flush()
-    finally:
-        set_run_observer(None)
-        tracer.shutdown()
     run.refresh_from_db()
 
     deadline = time.monotonic() + 30
@@ -107,21 +120,8 @@ def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
 def test_phoenix_shows_the_approval_span_with_its_wait_and_rule(
     author, reviewer, phoenix, settings
 ):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from plans.llm.offline import REFUND_GOAL
-    from plans.models import Approval
-    from plans.services.approvals import approval_decide
-
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
-    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
-    provider = new_provider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tracer = RunTracer(provider, exporter=exporter)
-    set_run_observer(tracer)
-    try:
+    with exported_to(phoenix) as tracer:
         run = run_create(author=author, goal_text=REFUND_GOAL)
         advance_run(run.pk)
         refund = Approval.objects.get(run=run, decision="pending")
@@ -131,9 +131,6 @@ def test_phoenix_shows_the_approval_span_with_its_wait_and_rule(
         refund.refresh_from_db()
         approval_decide(approval=refund, reviewer=reviewer, approve=True)
         assert tracer.flush()
-    finally:
-        set_run_observer(None)
-        tracer.shutdown()
 
     deadline = time.monotonic() + 30
     while not [s for s in spans_in(phoenix) if s["name"] == "approval send_email"]:
