@@ -394,3 +394,7 @@ AGENTSITE_WEBHOOK_TIMEOUT_S = float(os.environ.get("AGENTSITE_WEBHOOK_TIMEOUT_S"
 AGENTSITE_WEBHOOK_ALLOW_PRIVATE = env_bool("AGENTSITE_WEBHOOK_ALLOW_PRIVATE", False)
 # An approvals email waits this long so the other steps of its round join it.
 AGENTSITE_APPROVAL_EMAIL_DELAY_S = float(os.environ.get("AGENTSITE_APPROVAL_EMAIL_DELAY_S", "2"))
+# The approval digest goes out from the workers' sweep once per this many seconds (periods
+# counted from the Unix epoch: daily, the first sweep after midnight UTC); 0: only when
+# `manage.py send_approval_digest` is run (from cron).
+AGENTSITE_APPROVAL_DIGEST_S = float(os.environ.get("AGENTSITE_APPROVAL_DIGEST_S", str(24 * 3600)))

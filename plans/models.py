@@ -439,8 +439,12 @@ class Approval(models.Model):
     # was asked, as that setting is now (Approval.deadline).
     expires_at = models.DateTimeField(null=True, blank=True)
     # Chasing a person's decision (the rule's remind_after / escalate_after): when, and done.
+    # A reminder goes out at remind_at, then every remind_every after the last one, until the
+    # request is decided, escalated or expires (remind_at null: no reminder due).
     remind_at = models.DateTimeField(null=True, blank=True)
-    reminded_at = models.DateTimeField(null=True, blank=True)
+    remind_every = models.DurationField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True, help_text="The last reminder.")
+    reminders = models.PositiveIntegerField(default=0, help_text="Reminders sent so far.")
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalate_to = models.JSONField(default=list, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
@@ -620,6 +624,11 @@ class HumanQuestion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.state} question for run {self.run_id}"
+
+    @property
+    def deadline(self) -> datetime:
+        """When it expires if nobody answers it (AGENTSITE_APPROVAL_TTL_S after it was asked)."""
+        return self.asked_at + timedelta(seconds=settings.AGENTSITE_APPROVAL_TTL_S)
 
 
 class RunEvent(models.Model):
@@ -1098,6 +1107,7 @@ class ReviewWaitRollup(models.Model):
 from plans.api.models import ApiToken, IdempotencyKey  # noqa: E402, F401
 from plans.notifications.models import (  # noqa: E402, F401
     Delivery,
+    DigestPeriod,
     NotificationPreference,
     WebhookEndpoint,
 )

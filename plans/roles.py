@@ -4,6 +4,7 @@ from collections.abc import Collection
 
 from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
+from django.db.models import Q
 
 from plans.models import Run
 
@@ -77,6 +78,25 @@ def routing_forbids(*, user, groups: Collection[str]) -> bool:
     """Routing: a request an approval rule routed to groups is decided only by their members
     (no groups named: by anyone who may decide)."""
     return bool(groups) and not (group_names(user) & set(groups))
+
+
+def questions_answerable(user) -> Q:
+    """Who may answer an ask_human question, as a filter on questions: the run's author for
+    "author", a member of the role's group for a role (a superuser: any role). Through an API
+    token, only in the roles it carries (the authors role to answer as the run's author)."""
+    if user is None or not user.is_authenticated:
+        return Q(pk__in=[])
+    token_roles = getattr(user, "api_roles", None)  # plans.api.tokens.scoped_user
+    as_author = Q(audience="author", run__goal__author=user)
+    if token_roles is not None and "authors" not in token_roles:
+        as_author = Q(pk__in=[])
+    if user.is_superuser:
+        as_member = ~Q(audience="author")
+    else:
+        as_member = Q(audience__in=sorted(group_names(user)))
+    if token_roles is not None:
+        as_member &= Q(audience__in=sorted(token_roles))
+    return as_author | as_member
 
 
 # Decisions made by a signed-in person (the pages, the API, an e-mail's link): permission and

@@ -96,6 +96,11 @@ REFUSALS: dict[str, tuple[int, str, str | None]] = {
     "listed_twice": (422, "listed_twice", None),
     "edit_with_reject": (422, "invalid_request", None),
     "text_invalid": (422, "decision_invalid", None),
+    "not_in_audience": (403, "not_in_audience", None),
+    "already_answered": (409, "already_answered", None),
+    "question_expired": (409, "question_expired", None),
+    "not_a_choice": (422, "not_a_choice", None),
+    "answer_invalid": (422, "answer_invalid", None),
     "goal_invalid": (422, "goal_rejected", None),
 }
 REFUSED = (409, "decision_refused", None)

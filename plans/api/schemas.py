@@ -14,6 +14,7 @@ from pydantic.config import JsonDict
 from plans.models import Run
 from plans.notifications.catalog import WEBHOOK_EVENTS
 from plans.selectors.runs import RUN_SORTS
+from plans.services.questions import ANSWER_MAX_CHARS
 
 if TYPE_CHECKING:  # the literals are built from the model and the selector at run time
     RunStatus = str
@@ -328,6 +329,43 @@ class ApprovalOut(Schema):
 
 class ClaimIn(Strict):
     take_over: bool = Field(False, description="Take another reviewer's live claim over.")
+
+
+class QuestionOut(Schema):
+    """An ask_human question waiting for your answer: its answer becomes the step's result."""
+
+    id: int
+    run: int
+    run_url: str
+    goal: str
+    author: str
+    step: int
+    question: str
+    choices: list[str] = Field(..., description="Answer with one of these (none: any text).")
+    audience: str = Field(..., description="Who is asked: author (the run's), or a role.")
+    asked_at: datetime
+    deadline: datetime = Field(..., description="When it expires unanswered: its step fails.")
+
+
+class AnswerIn(Strict):
+    answer: str = Field(
+        ...,
+        min_length=1,
+        max_length=ANSWER_MAX_CHARS,
+        json_schema_extra={"pattern": SOME_TEXT},
+        description="The answer: one of the choices, if it has any; a number when it reads as "
+        "one becomes the step's result as a number.",
+    )
+
+
+class AnsweredOut(Schema):
+    id: int
+    run: int
+    step: int
+    state: str = Field(..., description="answered")
+    answer: str
+    answered_by: str
+    answered_at: datetime
 
 
 class ApprovalChoiceIn(Strict):

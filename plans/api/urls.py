@@ -6,12 +6,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver
 from ninja import NinjaAPI
 
-from plans.api import approvals, runs, webhooks
+from plans.api import approvals, questions, runs, webhooks
 from plans.api.auth import SessionAuth, TokenAuth
 from plans.api.errors import install_error_handlers
 
 API_DESCRIPTION = """\
-Hand the agent goals, follow runs, and decide approvals from your own systems.
+Hand the agent goals, follow runs, decide approvals and answer questions from your own systems.
 
 Authenticate with a personal API token (`Authorization: Bearer <token>`, created on
 /settings/tokens/) or, from the browser, with your session (unsafe methods then need the CSRF
@@ -34,6 +34,7 @@ api = NinjaAPI(
 install_error_handlers(api)
 api.add_router("", runs.router)
 api.add_router("", approvals.router)
+api.add_router("", questions.router)
 api.add_router("", webhooks.router)
 
 

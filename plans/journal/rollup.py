@@ -147,12 +147,29 @@ def tool_calls_recorded(rows: Iterable[Mapping[str, Any]]) -> None:
 
 # The via of a decision a rule made with no person (approval policies, issue #24).
 AUTO_VIA = "rule"
-_SETTLED = (Approval.Decision.APPROVED, Approval.Decision.REJECTED, Approval.Decision.EXPIRED)
+# A stale approval was approved (and counted so when decided); its call then found its target
+# changed and was asked again, as a new approval.
+_APPROVED = (Approval.Decision.APPROVED, Approval.Decision.STALE)
+_DECIDED = (*_APPROVED, Approval.Decision.REJECTED)
+_SETTLED = (*_DECIDED, Approval.Decision.EXPIRED)
 
 
-def approval_decided(approval: Approval, *, rule: str = "") -> None:
+def review_rule(approval: Approval) -> str:
+    """The rule an approval is counted under: the one whose outcome decided, required or routed
+    it ("": no rule matched, or the matching rule failed and one reviewer decided)."""
+    return approval.rule if approval.rule_outcome else ""
+
+
+def approvals_recorded(approvals: Iterable[Approval]) -> None:
+    """Count the approvals a rule decided as they were asked (inserted already settled)."""
+    for approval in approvals:
+        if approval.decision in _SETTLED:
+            approval_decided(approval)
+
+
+def approval_decided(approval: Approval) -> None:
     """Count an approval settled: decided by a person or a rule, or expired (settled once: a
-    decided approval is never decided again). `rule`: the rule that decided or routed it."""
+    decided approval is never decided again), under the rule that decided or routed it."""
     assert approval.decided_at is not None and approval.decision in _SETTLED
     day = timezone.localdate(approval.decided_at)
     decision = approval.decision
@@ -161,7 +178,7 @@ def approval_decided(approval: Approval, *, rule: str = "") -> None:
         _add(ApprovalRollup, {"day": day}, {"decided": 1, "rejected": 1 if rejected else 0})
     _add(
         ReviewRollup,
-        {"day": day, "tool": approval.tool, "rule": rule},
+        {"day": day, "tool": approval.tool, "rule": review_rule(approval)},
         {
             "approved": 1 if decision == Approval.Decision.APPROVED else 0,
             "rejected": 1 if decision == Approval.Decision.REJECTED else 0,
@@ -483,12 +500,15 @@ def _review_source() -> Source:
             "expired": "n_expired",
             "auto": "n_auto",
         },
-        # The rule is blank until approvals record the rule that decided or routed them.
         Approval.objects.filter(decision__in=_SETTLED)
-        .annotate(day=_local_day("decided_at"), rule_name=Value(""))
+        .annotate(
+            day=_local_day("decided_at"),
+            # review_rule(), in SQL.
+            rule_name=Case(When(rule_outcome="", then=Value("")), default=F("rule")),
+        )
         .values("day", "tool", "rule_name")
         .annotate(
-            n_approved=Count("id", filter=Q(decision=decision.APPROVED)),
+            n_approved=Count("id", filter=Q(decision__in=_APPROVED)),
             n_rejected=Count("id", filter=Q(decision=decision.REJECTED)),
             n_expired=Count("id", filter=Q(decision=decision.EXPIRED)),
             n_auto=Count("id", filter=Q(via=AUTO_VIA) & ~Q(decision=decision.EXPIRED)),
@@ -501,10 +521,7 @@ def _review_wait_sources() -> list[Source]:
     """People's decisions by tool, by reviewer and by each group of the reviewer (as the groups
     are now: a rebuild cannot know who was in which group when they decided)."""
     decided = (
-        Approval.objects.filter(
-            decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED],
-            reviewer__isnull=False,
-        )
+        Approval.objects.filter(decision__in=_DECIDED, reviewer__isnull=False)
         .exclude(via=AUTO_VIA)
         .annotate(day=_local_day("decided_at"), wait=_wait_seconds_sql())
         .annotate(bucket=_token_bucket_sql("wait"))
@@ -585,9 +602,7 @@ def _tool_source() -> Source:
 def _approval_source() -> Source:
     return (
         {"day": "day", "decided": "n", "rejected": "n_rejected"},
-        Approval.objects.filter(
-            decision__in=[Approval.Decision.APPROVED, Approval.Decision.REJECTED]
-        )
+        Approval.objects.filter(decision__in=_DECIDED)
         .annotate(day=_local_day("decided_at"))
         .values("day")
         .annotate(

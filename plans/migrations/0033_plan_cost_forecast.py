@@ -5,12 +5,8 @@ from django.db import migrations, models
 
 
 def backfill(apps, schema_editor):
-    """Sum the rows already recorded, the new columns included. Uses today's rebuild
-    (set-based SQL over the current models): should those models change, a later migration
-    replaces this step (as this one replaced 0022's, 0026's and 0031's)."""
-    from plans.journal.rollup import rollup_rebuild
-
-    rollup_rebuild()
+    """Replaced by 0036_approvals_reminders_repeat_and_digest_period's backfill: the rebuild
+    uses today's models and rules, which changed after this migration."""
 
 
 class Migration(migrations.Migration):

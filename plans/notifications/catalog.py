@@ -11,7 +11,8 @@ WEBHOOK_EVENTS: dict[str, str] = {
     "approval.decided": "A destructive step was approved, rejected, or its request expired.",
     "approval.stale": "An approved destructive step was not called because its target changed "
     "since its preview; it waits for a fresh decision.",
-    "approval.reminded": "A request is still undecided past its approval rule's remind_after.",
+    "approval.reminded": "A request is still undecided past its approval rule's remind_after "
+    "(again every remind_after until it is decided, escalated or expires).",
     "approval.escalated": "A request is still undecided past its rule's escalate_after: it "
     "went to the escalation groups.",
     "run.finished": "A run ended: completed, failed, blocked, budget_exhausted, "

@@ -22,7 +22,7 @@ from plans.models import Goal, Run
 from plans.notifications import emails
 from plans.notifications.catalog import FINISHED_EMAIL_STATUSES, KIND_TO_TYPE
 from plans.notifications.http import post
-from plans.notifications.models import Delivery, NotificationPreference, WebhookEndpoint
+from plans.notifications.models import Delivery, WebhookEndpoint
 from plans.notifications.signing import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -30,6 +30,7 @@ from plans.notifications.signing import (
     TIMESTAMP_HEADER,
     signature,
 )
+from plans.services.digests import digest_readers
 
 Status = Delivery.Status
 
@@ -126,15 +127,15 @@ def _emails_for(run: Run, event_type: str, event: dict[str, Any], now: datetime)
             due=later,
         )
     if event_type in ("approval.reminded", "approval.escalated"):
-        # Chasing one request: its deciders are reminded, the escalation groups are told.
+        # Chasing one request: its deciders are reminded (each reminder anew: they repeat),
+        # the escalation groups are told (once).
         kind = "approval_reminder" if event_type == "approval.reminded" else "approval_escalated"
-        return _per_reviewer(
-            run,
-            event_type,
-            {"email": kind, "run": run.pk, "approval": payload.get("approval")},
-            dedupe=f"{kind}:{payload.get('approval')}",
-            due=now,
-        )
+        email = {"email": kind, "run": run.pk, "approval": payload.get("approval")}
+        dedupe = f"{kind}:{payload.get('approval')}"
+        if "reminder" in payload:
+            email["reminder"] = payload["reminder"]
+            dedupe += f":{payload['reminder']}"
+        return _per_reviewer(run, event_type, email, dedupe=dedupe, due=now)
     if event_type == "plan.approval_requested":
         return _per_reviewer(
             run,
@@ -285,9 +286,15 @@ def _attempt_email(delivery: Delivery) -> tuple[int | None, int | None, str, boo
         email = emails.plan_waiting_email(payload["run"], payload["version"], payload["user"])
     elif kind == "run_finished":
         email = emails.run_finished_email(payload["run"])
+    elif kind == "digest":
+        reader = digest_readers().filter(pk=payload["user"]).first()  # still wants it
+        email = emails.digest_email(reader) if reader is not None else None
     elif kind in ("approval_reminder", "approval_escalated"):
         email = emails.approval_chase_email(
-            payload["approval"], escalated=kind != "approval_reminder", user_id=payload["user"]
+            payload["approval"],
+            escalated=kind != "approval_reminder",
+            user_id=payload["user"],
+            reminder=payload.get("reminder", 1),
         )
     else:
         return None, None, f"unknown email {kind!r}", True
@@ -389,13 +396,10 @@ def next_due_at() -> datetime | None:
 
 
 def digests_send() -> int:
-    """Email each daily-digest reviewer what waits for them; each email recorded as a delivery."""
-    users = get_user_model().objects.filter(
-        is_active=True,
-        notification_preference__approval_emails=NotificationPreference.ApprovalEmails.DAILY,
-    )
+    """Email each daily-digest reviewer what waits for them now (send_approval_digest, from
+    cron); each email recorded as a delivery. The sweep queues the same, once per period."""
     sent = 0
-    for user in users:
+    for user in digest_readers():
         email = emails.digest_email(user)
         if email is None:
             continue

@@ -142,9 +142,11 @@ def approval_round_email(run_id: int, round_no: int, user_id: int) -> Email | No
     return _email([reviewer.email], subject, "approval_round", context)
 
 
-def approval_chase_email(approval_id: int, *, escalated: bool, user_id: int) -> Email | None:
-    """A request still undecided, to one reviewer: a reminder if they may decide it, or,
-    escalated, word to an escalation group's member. None once it is decided."""
+def approval_chase_email(
+    approval_id: int, *, escalated: bool, user_id: int, reminder: int = 1
+) -> Email | None:
+    """A request still undecided, to one reviewer: a reminder (the `reminder`th) if they may
+    decide it, or, escalated, word to an escalation group's member. None once it is decided."""
     approval = (
         Approval.objects.select_related("run__goal__author", "step").filter(pk=approval_id).first()
     )
@@ -179,6 +181,8 @@ def approval_chase_email(approval_id: int, *, escalated: bool, user_id: int) -> 
         "run_url": absolute(reverse("plans:run_detail", args=[run.pk])),
     }
     what = "escalated to you" if escalated else "still waits for a decision"
+    if not escalated and reminder > 1:
+        what += f" (reminder {reminder})"
     subject = f"Run {run.pk}: step {step.step_id} ({approval.tool}) {what}"
     if approval.rule:
         subject += f" (rule {approval.rule})"

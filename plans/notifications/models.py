@@ -100,3 +100,18 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.event_type}: {self.status}"
+
+
+class DigestPeriod(models.Model):
+    """The latest period whose digest a sweep claimed, one row per digest: each period's digest
+    goes out once, from whichever process's conditional UPDATE changes this row first."""
+
+    name = models.CharField(max_length=40, unique=True)
+    period_start = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "plans"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.period_start:%Y-%m-%d %H:%M}"

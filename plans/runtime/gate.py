@@ -161,7 +161,8 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
         if deadlines.ttl_s is not None:
             approval.expires_at = now + timedelta(seconds=deadlines.ttl_s)
         if deadlines.remind_after_s is not None:
-            approval.remind_at = now + timedelta(seconds=deadlines.remind_after_s)
+            approval.remind_every = timedelta(seconds=deadlines.remind_after_s)
+            approval.remind_at = now + approval.remind_every
         if deadlines.escalate_after_s is not None:
             approval.escalate_at = now + timedelta(seconds=deadlines.escalate_after_s)
             approval.escalate_to = list(deadlines.escalate_to)

@@ -34,7 +34,7 @@ from plans.engine import args_sha256
 from plans.guards.redaction import redact, redacted_json
 from plans.journal.events import LeaseLost, announce_committed, append_events
 from plans.journal.leases import Lease
-from plans.journal.rollup import model_calls_recorded, tool_calls_recorded
+from plans.journal.rollup import approvals_recorded, model_calls_recorded, tool_calls_recorded
 from plans.models import (
     Approval,
     HumanQuestion,
@@ -402,6 +402,7 @@ class _Writer:
                 Approval.objects.filter(pk=stale.pk).update(decision=Approval.Decision.STALE)
             if batch.approvals:
                 Approval.objects.bulk_create(batch.approvals)
+                approvals_recorded(batch.approvals)  # those a rule decided as they were asked
             if batch.previews:
                 ToolPreview.objects.bulk_create([preview_row_redacted(p) for p in batch.previews])
             if batch.questions:

@@ -5,7 +5,9 @@ but nobody ever took it (the process died between commit and enqueue), or when i
 and a decision or a cancel was recorded after it parked but its continuation never came.
 Tasks left RUNNING by a dead worker are marked failed. Every worker process sweeps every
 lease/3 seconds, and also as the next lease falls due, so a dead worker's runs resume about a
-lease after its last heartbeat and at worst lease + sweep interval. One sweep at a time
+lease after its last heartbeat and at worst lease + sweep interval. The sweep also carries out
+what falls due with no request to prompt it: approval expiries, reminders, escalations and
+the approval digest (no cron, no thread per request). One sweep at a time
 (a PostgreSQL advisory lock, SQLite's write lock), and never a run that already has a queued
 or live task: a run is not queued twice.
 """
@@ -29,6 +31,7 @@ from plans.journal.leases import lease_seconds
 from plans.journal.tasks import advance_run_task
 from plans.models import Run, RunEvent
 from plans.services.approvals import approvals_chase, approvals_expire
+from plans.services.digests import digests_queue_due
 from plans.services.questions import questions_expire
 
 logger = logging.getLogger(__name__)
@@ -55,12 +58,14 @@ def sweep_interval() -> float:
 def sweep_once() -> list[int]:
     """Queue every run that needs a worker and has none; returns their ids.
 
-    Approvals left pending past their time limit expire first (their runs are continued), and
-    the approval rules' reminders and escalations that fell due go out.
+    Approvals left pending past their time limit expire first (their runs are continued), the
+    approval rules' reminders and escalations that fell due go out, and so does the approval
+    digest once per AGENTSITE_APPROVAL_DIGEST_S (whichever process claims the period).
     """
     approvals_expire()
     approvals_chase()
     questions_expire()
+    digests_queue_due()
     with transaction.atomic():
         if not _sweep_lock():
             return []  # another process is sweeping right now

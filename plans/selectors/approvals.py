@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce
 
 from plans.engine import args_sha256
 from plans.models import Approval, ApprovalVote, HumanQuestion, Plan, Run, Step
-from plans.roles import group_names, may_decide
+from plans.roles import group_names, may_decide, questions_answerable
 from plans.selectors.runs import run_visibility
 
 
@@ -190,6 +190,15 @@ def question_get(question_id: int) -> HumanQuestion | None:
     return HumanQuestion.objects.filter(pk=question_id).first()
 
 
+def question_visible(user: User | AnonymousUser, question_id: int) -> HumanQuestion | None:
+    """The question, if it is of a run the user may see (else None, as if there were none)."""
+    rule = run_visibility(user, through="run__")
+    if rule is None:
+        return None
+    visible = HumanQuestion.objects.filter(rule, pk=question_id)
+    return visible.select_related("run__goal__author", "step", "answered_by").first()
+
+
 # Waiting requests are counted up to here, more shown as "1,000+": at a million runs thousands
 # wait, and counting them all (each joined to its run) on every page's nav badge took longer
 # than the page.
@@ -280,12 +289,7 @@ def questions_waiting(user: User | AnonymousUser) -> list[HumanQuestion]:
         .select_related("run__goal__author", "step")
         .order_by("-asked_at", "-pk")
     )
-    if not user.is_superuser:
-        roles = sorted(group_names(user))
-        waiting = waiting.filter(
-            Q(audience="author", run__goal__author=user) | Q(audience__in=roles)
-        )
-    return list(waiting)
+    return list(waiting.filter(questions_answerable(user)))
 
 
 def replans_left(run: Run) -> int:

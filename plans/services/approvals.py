@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -626,17 +626,16 @@ def claimed_refused(approval: Approval) -> ApprovalRefused:
     )
 
 
-def approvals_chase() -> int:
+def approvals_chase(*, now: datetime | None = None) -> int:
     """Send the reminders and escalations that fell due (the rules' remind_after and
-    escalate_after), each once: an event (timeline, audit, webhooks, e-mail); an escalation
-    also opens the request to the escalation groups. Run by every sweep; returns how many."""
-    now = timezone.now()
+    escalate_after), each as an event (timeline, audit, webhooks, e-mail). A reminder repeats
+    every remind_after until the request is decided, escalated or expires; an escalation goes
+    out once and opens the request to the escalation groups. Run by every sweep; returns how
+    many went out."""
+    now = now or timezone.now()
     due = list(
-        Approval.objects.filter(decision=Approval.Decision.PENDING)
-        .filter(
-            Q(remind_at__lte=now, reminded_at__isnull=True)
-            | Q(escalate_at__lte=now, escalated_at__isnull=True)
-        )
+        Approval.objects.filter(decision=Approval.Decision.PENDING, escalated_at__isnull=True)
+        .filter(Q(remind_at__lte=now) | Q(escalate_at__lte=now))
         .exclude(run__status__in=Run.TERMINAL)
         .values_list("pk", flat=True)
     )
@@ -648,15 +647,21 @@ def approvals_chase() -> int:
                 .select_related("step")
                 .get(pk=approval_id)
             )
-            if locked.decision != Approval.Decision.PENDING:
-                continue
+            if locked.decision != Approval.Decision.PENDING or locked.escalated_at is not None:
+                continue  # decided or escalated meanwhile
             events = []
             base = {"approval": locked.pk, "step": locked.step.step_id, "tool": locked.tool}
-            if locked.remind_at and locked.remind_at <= now and locked.reminded_at is None:
+            if locked.remind_at and locked.remind_at <= now:
+                locked.reminders += 1
                 locked.reminded_at = now
-                events.append(("approval_reminded", {**base, "round": locked.step.round}))
-            if locked.escalate_at and locked.escalate_at <= now and locked.escalated_at is None:
+                # The next one a whole interval after this one, however late this one was.
+                every = locked.remind_every
+                locked.remind_at = now + every if every else None
+                reminder = {**base, "round": locked.step.round, "reminder": locked.reminders}
+                events.append(("approval_reminded", reminder))
+            if locked.escalate_at and locked.escalate_at <= now:
                 locked.escalated_at = now
+                locked.remind_at = None  # the escalation takes over from the reminders
                 before = list(locked.groups)
                 if before:  # routed: the escalation groups join; unrouted stays open to all
                     locked.groups = list(dict.fromkeys([*before, *locked.escalate_to]))
@@ -671,7 +676,17 @@ def approvals_chase() -> int:
                         },
                     )
                 )
-            locked.save(update_fields=["reminded_at", "escalated_at", "groups"])
+            if not events:
+                continue  # another process's sweep sent them first
+            locked.save(
+                update_fields=[
+                    "remind_at",
+                    "reminded_at",
+                    "reminders",
+                    "escalated_at",
+                    "groups",
+                ]
+            )
             append_events(locked.run_id, events)
             sent += len(events)
     if sent:

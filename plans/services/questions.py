@@ -17,23 +17,22 @@ from django.utils import timezone
 from plans.journal.events import INBOX_GROUP, append_events, group_send
 from plans.journal.tasks import run_enqueue
 from plans.models import HumanQuestion, Run
+from plans.roles import questions_answerable
 from plans.services.refusals import Refused, text_clean
 
 ANSWER_MAX_CHARS = 10_000
 
 
 class AnswerRefused(Refused):
-    """An answer that cannot be recorded; nothing was changed. Codes: text_invalid,
-    not_in_audience, already_decided, run_ended, not_a_choice."""
+    """An answer that cannot be recorded; nothing was changed. Codes: answer_invalid,
+    not_in_audience, already_answered, question_expired, run_ended, not_a_choice."""
 
 
 def question_audience_includes(*, question: HumanQuestion, user: User | AnonymousUser) -> bool:
-    """May this person answer? The run's author, or a member of the question's role."""
-    if not user.is_authenticated:
-        return False
-    if question.audience == "author":
-        return question.run.goal.author_id == user.pk
-    return bool(user.is_superuser or user.groups.filter(name=question.audience).exists())
+    """May this person answer? The run's author, or a member of the question's role
+    (roles.questions_answerable, which the inbox and the API list by)."""
+    answerable = HumanQuestion.objects.filter(pk=question.pk).filter(questions_answerable(user))
+    return answerable.exists()
 
 
 def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answer: str) -> None:
@@ -41,7 +40,7 @@ def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answ
     answer = text_clean(
         answer,
         refused=AnswerRefused,
-        code="text_invalid",
+        code="answer_invalid",
         holds="The answer holds",
         empty="Type an answer (or pick a choice) first.",
         max_chars=ANSWER_MAX_CHARS,
@@ -56,9 +55,16 @@ def question_answer(*, question: HumanQuestion, user: User | AnonymousUser, answ
         if not question_audience_includes(question=locked, user=user):
             who = "the run's author" if locked.audience == "author" else f"the {locked.audience}"
             raise AnswerRefused("not_in_audience", f"This question is for {who}.")
-        if locked.state != HumanQuestion.State.PENDING:
+        if locked.state == HumanQuestion.State.EXPIRED:
             raise AnswerRefused(
-                "already_decided", f"This question was already {locked.state}; an answer is final."
+                "question_expired",
+                "This question expired unanswered: its step failed and it is not asked again.",
+            )
+        if locked.state != HumanQuestion.State.PENDING:
+            who = locked.answered_by.get_username() if locked.answered_by else "someone"
+            raise AnswerRefused(
+                "already_answered",
+                f"This question was already answered by {who}; an answer is final.",
             )
         if locked.run.is_terminal or locked.run.cancel_requested:
             raise AnswerRefused(

@@ -176,6 +176,7 @@ class RunTracer:
                 approval.via,
                 approval.requested_at,
                 approval.decided_at,
+                approval_rule_attributes(approval),
             )
 
     def run_finished(self, run: Run) -> None:
@@ -346,6 +347,7 @@ class RunTracer:
         via: str,
         requested_at: datetime,
         decided_at: datetime | None,
+        rule: dict[str, Any],
     ) -> None:
         span = self.tracer.start_span(
             f"approval {tool}",
@@ -361,6 +363,7 @@ class RunTracer:
                 ),
                 "agentsite.step.id": step_id,
                 "gen_ai.tool.name": tool,
+                **rule,
             },
         )
         span.end(end_time=_ns(decided_at) if decided_at else _now_ns())
@@ -534,6 +537,24 @@ class HealthTrackingExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+def approval_rule_attributes(approval: Approval) -> dict[str, Any]:
+    """The approval rule on an approval's span: which rule matched its call (and its version),
+    what it decided, and who it asked for (none when no rule matched)."""
+    if not approval.rule:
+        return {}
+    attributes: dict[str, Any] = {
+        "agentsite.approval.rule": approval.rule,
+        "agentsite.approval.rule_version": approval.rule_version,
+        "agentsite.approval.rule_outcome": approval.rule_outcome,
+        "agentsite.approval.approvals_needed": approval.approvals_needed,
+    }
+    if approval.groups:
+        attributes["agentsite.approval.groups"] = list(approval.groups)
+    if approval.rule_error:
+        attributes["agentsite.approval.rule_error"] = approval.rule_error[:CONTENT_MAX_CHARS]
+    return attributes
 
 
 def _capture_content() -> bool:

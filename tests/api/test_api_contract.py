@@ -151,3 +151,16 @@ def test_the_readmes_error_table_lists_every_status_the_schema_declares(schema):
     assert in_schema <= table.keys(), f"missing from the README: {in_schema - table.keys()}"
     assert "bad_request" in table[400] and "stale_hash" in table[409]
     assert "listed_twice" in table[422]
+
+
+def test_every_refusal_code_the_api_answers_is_in_the_readmes_table():
+    from plans.api.errors import REFUSALS
+
+    table = readme_error_table()
+
+    missing = sorted(
+        f"{status} {code}"
+        for status, code, _ in REFUSALS.values()
+        if code not in table.get(status, set())
+    )
+    assert missing == []

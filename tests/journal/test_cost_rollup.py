@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from plans.journal.rollup import rollup_drift, rollup_rebuild, token_bucket
 from plans.llm.offline import PRICE_GOAL, REFUND_GOAL
-from plans.models import Approval, ModelCall, Run, ToolCall, ToolRollup
+from plans.models import Approval, ModelCall, ReviewRollup, Run, ToolCall, ToolRollup
 from plans.runtime.advance import advance_run
 from plans.selectors.costs import cost_report
 from plans.selectors.runs import start_of_day, uses_tool
@@ -168,13 +168,40 @@ def recorded_at_random(rng: random.Random, people: list) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_rollup_kept_by_the_services_equals_the_raw_rows_summed(
-    seed, author, other_author, reviewer
+    seed, author, other_author, reviewer, settings
 ):
+    # Customer e-mails approved by a rule as they are asked, refunds decided under a rule.
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
     recorded_at_random(random.Random(seed), [author, other_author, reviewer])
+    refund = run_create(author=author, goal_text=REFUND_GOAL)
+    advance_run(refund.pk)
+    approval_decide(approval=Approval.objects.get(run=refund), reviewer=reviewer, approve=True)
     assert ModelCall.objects.exists() and ToolCall.objects.exists()
+    by_rule = {(row.tool, row.rule): row for row in ReviewRollup.objects.all()}
+    assert by_rule["send_email", "customer_emails_go_out"].auto >= 1
+    assert by_rule["issue_refund", "refunds_need_a_reviewer"].approved >= 1
 
     for days in (7, 30):
         assert report_from_rollup(days) == report_from_raw_rows(days)
+    assert rollup_drift() == []
+
+
+def test_an_approval_gone_stale_stays_counted_as_approved_by_the_rebuild(
+    author, reviewer, settings
+):
+    from tests import preview_tools
+
+    settings.AGENTSITE_TOOL_MODULES = ["tests.preview_tools"]
+    preview_tools.reset(widget=10)
+    steps = [{"id": 1, "tool": "ship", "args": {"item": "widget", "quantity": 3}}]
+    run = run_create(author=author, goal_text="ship", plan_data={"steps": steps})
+    advance_run(run.pk)
+    first = Approval.objects.get(run=run, decision="pending")
+    approval_decide(approval=first, reviewer=reviewer, approve=True, resume=False)
+    preview_tools.restock("widget", 5)  # its target changes before the call: asked again
+    advance_run(run.pk)
+    assert Approval.objects.get(pk=first.pk).decision == "stale"
+
     assert rollup_drift() == []
 
 

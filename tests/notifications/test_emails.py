@@ -10,6 +10,7 @@ from django.core.management import call_command
 from plans.models import Run
 from plans.notifications.models import Delivery, NotificationPreference
 from plans.runtime.advance import advance_run
+from plans.runtime.sweeper import sweep_once
 from plans.services.runs import run_create
 from tests.integration.support import wait_until
 
@@ -123,14 +124,19 @@ def test_an_author_who_turned_them_off_gets_no_run_emails(people, smtp_server):
     assert smtp_server.messages == []
 
 
-def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_server):
+def two_steps_waiting(people, mailbox) -> None:
+    """A run of the author's with two steps waiting, and bob's email about them received."""
     run = run_create(
         author=people["author"],
         goal_text=HOSTILE_GOAL,
         plan_data=TWO_DESTRUCTIVE_STEPS_IN_ONE_ROUND,
     )
     advance_run(run.pk)
-    delivered(smtp_server, 1)  # bob's, at once
+    delivered(mailbox, 1)  # bob's, at once
+
+
+def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_server):
+    two_steps_waiting(people, smtp_server)
 
     call_command("send_approval_digest", verbosity=0)
 
@@ -139,6 +145,30 @@ def test_the_daily_digest_lists_what_waits_for_those_who_chose_it(people, smtp_s
     assert "&lt;script&gt;" in digest["message"].get_body(("html",)).get_content()
     digest_text = digest["message"].get_body(("plain",)).get_content()
     assert digest_text.count("/approvals/by-email/") == 4  # approve and reject, for each step
+
+
+def test_the_workers_sweep_sends_the_digest_without_cron_to_each_reader_alone(
+    people, smtp_server, settings, django_user_model
+):
+    dan = django_user_model.objects.create_user("dan", email="dan@example.com")
+    dan.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    NotificationPreference.objects.create(user=dan, approval_emails="daily")
+    two_steps_waiting(people, smtp_server)
+
+    sweep_once()
+    sweep_once()  # the period is claimed: nothing more
+
+    def digests_received():
+        readers = ("dora@example.com", "dan@example.com")
+        received = [m for m in smtp_server.messages if m["envelope_to"][0] in readers]
+        return received if len(received) >= 2 else None
+
+    digests = wait_until(digests_received, timeout=20, every=0.05, what="the two digests")
+    assert sorted(m["envelope_to"] for m in digests) == [["dan@example.com"], ["dora@example.com"]]
+    for digest in digests:
+        assert digest["message"]["Subject"] == "2 steps wait for your decision"
+        assert digest["message"]["To"] in ("dan@example.com", "dora@example.com")
+    assert Delivery.objects.filter(event_type="approval.digest").count() == 2
 
 
 def test_reviewers_are_emailed_when_a_plan_waits_for_approval(people, smtp_server):

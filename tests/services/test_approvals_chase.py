@@ -1,6 +1,7 @@
-"""Deadlines from approval rules: reminders and escalations go out once each, through the
-notifier (webhook events and e-mail), in the timeline and the audit; escalation opens a
-routed request to the escalation groups; ttl sets the expiry."""
+"""Deadlines from approval rules: reminders (every remind_after until the request is decided,
+escalated or expired) and escalations (once) go out through the notifier (webhook events and
+e-mail), in the timeline and the audit; escalation opens a routed request to the escalation
+groups; ttl sets the expiry. The sweeps' clock is the test's (approvals_chase(now=...))."""
 
 from datetime import timedelta
 
@@ -10,11 +11,12 @@ from django.utils import timezone
 
 from plans.models import Approval, RunEvent
 from plans.notifications.deliveries import deliveries_for_events
+from plans.notifications.emails import approval_chase_email
 from plans.notifications.models import WebhookEndpoint
 from plans.runtime.advance import advance_run
 from plans.runtime.sweeper import sweep_once
 from plans.selectors.approvals import approvals_queue
-from plans.services.approvals import approvals_chase, approvals_expire
+from plans.services.approvals import approval_decide, approvals_chase, approvals_expire
 from plans.services.runs import run_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,15 +51,87 @@ def test_the_rule_sets_the_deadlines_when_the_request_is_made(author):
     assert abs((approval.expires_at - asked).total_seconds() - 7200) < 5
 
 
-def test_a_reminder_goes_out_once_when_it_falls_due(author):
+def reminders_of(approval):
+    return [
+        event.payload["reminder"]
+        for event in RunEvent.objects.filter(run=approval.run, kind="approval_reminded")
+    ]
+
+
+def test_a_reminder_repeats_every_remind_after_until_the_request_is_escalated(author):
+    approval = refund(author)  # remind_after 10 min, escalate_after 1 h
+    first = approval.remind_at
+    minutes = lambda n: first + timedelta(minutes=n)  # noqa: E731 - the sweeps' clock
+
+    assert approvals_chase(now=minutes(0) - timedelta(seconds=1)) == 0  # not due yet
+    assert approvals_chase(now=minutes(0)) == 1
+    assert approvals_chase(now=minutes(9)) == 0  # one per interval
+    assert approvals_chase(now=minutes(10)) == 1
+    assert approvals_chase(now=minutes(25)) == 1  # a late sweep: the next is 10 min after it
+    assert approvals_chase(now=minutes(34)) == 0
+    assert approvals_chase(now=minutes(35)) == 1
+    assert reminders_of(approval) == [1, 2, 3, 4]
+    approval.refresh_from_db()
+    assert approval.reminders == 4 and approval.reminded_at == minutes(35)
+
+    assert approvals_chase(now=minutes(45)) == 1
+    assert approvals_chase(now=minutes(50)) == 1  # the escalation, 1 h after the request
+    assert RunEvent.objects.get(run=approval.run, kind="approval_escalated")
+    for later in (55, 60, 120, 600):
+        assert approvals_chase(now=minutes(later)) == 0  # escalated: no more reminders
+    assert reminders_of(approval) == [1, 2, 3, 4, 5]
+
+
+def test_reminders_stop_once_the_request_is_decided_or_expired(author, reviewer):
+    support = Group.objects.create(name="support")
+    reviewer.groups.add(support)
+    decided, expiring = refund(author), refund(author)
+    first = decided.remind_at
+    assert approvals_chase(now=first + timedelta(seconds=1)) == 2
+
+    approval_decide(approval=decided, reviewer=reviewer, approve=False, reason="no")
+    Approval.objects.filter(pk=expiring.pk).update(expires_at=timezone.now())
+    approvals_expire()
+
+    assert approvals_chase(now=first + timedelta(minutes=20)) == 0
+    assert reminders_of(decided) == reminders_of(expiring) == [1]
+
+
+def test_each_reminder_is_an_audit_row_a_webhook_event_and_an_email(author, reviewer):
+    reviewer.email = "bob@example.com"
+    reviewer.save()
+    reviewer.groups.add(Group.objects.create(name="support"))
     approval = refund(author)
-    assert approvals_chase() == 0  # not due yet
-    past(approval, remind_at=True)
+    WebhookEndpoint.objects.create(
+        url="https://example.com/hook",
+        secret="s" * 32,
+        events=["approval.reminded"],
+        created_by=reviewer,
+    )
+    for minutes in (0, 10):
+        approvals_chase(now=approval.remind_at + timedelta(minutes=minutes))
+    events = list(RunEvent.objects.filter(run=approval.run, kind="approval_reminded"))
+    assert [event.payload["reminder"] for event in events] == [1, 2]
+    assert all(event.hash for event in events)  # on the run's audit chain
 
-    assert approvals_chase() == 1
-    assert approvals_chase() == 0  # once
+    rows = deliveries_for_events(
+        approval.run_id,
+        [
+            {"seq": e.seq, "kind": e.kind, "payload": e.payload, "at": e.at.isoformat()}
+            for e in events
+        ],
+    )
 
-    assert RunEvent.objects.filter(run=approval.run, kind="approval_reminded").count() == 1
+    emails = [row.payload["reminder"] for row in rows if row.channel == "email"]
+    webhooks = [
+        row.payload["data"]["payload"]["reminder"] for row in rows if row.channel == "webhook"
+    ]
+    assert sorted(emails) == sorted(webhooks) == [1, 2]  # the second is not taken for the first
+    second = approval_chase_email(approval.pk, escalated=False, user_id=reviewer.pk, reminder=2)
+    assert second is not None and second.recipients == ["bob@example.com"]
+    assert second.subject.endswith(
+        "still waits for a decision (reminder 2) (rule refunds_to_support)"
+    )
 
 
 def test_an_escalation_brings_the_request_to_the_escalation_groups_queue(author, django_user_model):

@@ -6,14 +6,20 @@ import socket
 import subprocess
 import time
 import urllib.request
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from plans.llm.offline import REFUND_GOAL
+from plans.models import Approval
 from plans.runtime.advance import advance_run
 from plans.runtime.telemetry import set_run_observer
+from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from plans.tracing.spans import HealthTrackingExporter, RunTracer, new_provider
 from tests.engine.engine_catalog import SEED_PLAN
@@ -64,6 +70,21 @@ def phoenix(tmp_path):
         process.wait(30)
 
 
+@contextmanager
+def exported_to(phoenix):
+    """Runs traced through the SDK's OTLP/HTTP exporter to Phoenix while the block runs."""
+    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
+    provider = new_provider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = RunTracer(provider, exporter=exporter)
+    set_run_observer(tracer)
+    try:
+        yield tracer
+    finally:
+        set_run_observer(None)
+        tracer.shutdown()
+
+
 def spans_in(base_url):
     with urllib.request.urlopen(  # noqa: S310 - Phoenix on loopback
         f"{base_url}/v1/projects/default/spans?limit=100", timeout=10
@@ -72,18 +93,10 @@ def spans_in(base_url):
 
 
 def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
-    exporter = HealthTrackingExporter(OTLPSpanExporter(f"{phoenix}/v1/traces"))
-    provider = new_provider()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    tracer = RunTracer(provider, exporter=exporter)
-    set_run_observer(tracer)
-    try:
+    with exported_to(phoenix) as tracer:
         run = run_create(author=author, goal_text="seed prices", plan_data=SEED_PLAN)
         advance_run(run.pk)
         assert tracer.flush()
-    finally:
-        set_run_observer(None)
-        tracer.shutdown()
     run.refresh_from_db()
 
     deadline = time.monotonic() + 30
@@ -102,3 +115,33 @@ def test_phoenix_shows_the_runs_spans_with_their_token_counts(author, phoenix):
     (root,) = [span for span in spans if span["parent_id"] is None]
     assert root["name"] == "invoke_agent agentsite"
     assert root["attributes"]["agentsite.run.status"] == "completed"
+
+
+def test_phoenix_shows_the_approval_span_with_its_wait_and_rule(
+    author, reviewer, phoenix, settings
+):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
+    with exported_to(phoenix) as tracer:
+        run = run_create(author=author, goal_text=REFUND_GOAL)
+        advance_run(run.pk)
+        refund = Approval.objects.get(run=run, decision="pending")
+        Approval.objects.filter(pk=refund.pk).update(
+            requested_at=timezone.now() - timedelta(seconds=45, microseconds=1)
+        )
+        refund.refresh_from_db()
+        approval_decide(approval=refund, reviewer=reviewer, approve=True)
+        assert tracer.flush()
+
+    deadline = time.monotonic() + 30
+    while not [s for s in spans_in(phoenix) if s["name"] == "approval send_email"]:
+        assert time.monotonic() < deadline, "Phoenix has no span of the e-mail's approval"
+        time.sleep(0.2)
+    spans = {span["name"]: span for span in spans_in(phoenix)}
+    by_person = spans["approval issue_refund"]["attributes"]
+    assert by_person["agentsite.approval.rule"] == "refunds_need_a_reviewer"
+    assert by_person["agentsite.approval.rule_outcome"] == "require"
+    assert by_person["agentsite.approval.wait_s"] in (45, 46)
+    assert by_person["agentsite.approval.reviewer"] == "bob"
+    by_rule = spans["approval send_email"]["attributes"]
+    assert by_rule["agentsite.approval.rule"] == "customer_emails_go_out"
+    assert by_rule["agentsite.approval.via"] == "rule" and by_rule["agentsite.approval.wait_s"] == 0

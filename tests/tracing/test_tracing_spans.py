@@ -145,6 +145,47 @@ def test_the_approval_span_carries_the_wait_in_seconds(author, reviewer, spans):
     assert span.attributes["agentsite.approval.decision"] == "rejected"
 
 
+def test_the_approval_span_carries_the_rule_that_required_or_decided_it(
+    author, reviewer, spans, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
+    run = run_create(author=author, goal_text=REFUND_GOAL, plan_data=None)
+    advance_run(run.pk)
+    refund = Approval.objects.get(run=run, decision="pending")
+    Approval.objects.filter(pk=refund.pk).update(
+        requested_at=timezone.now() - timedelta(seconds=30, microseconds=1)
+    )
+    refund.refresh_from_db()
+    approval_decide(approval=refund, reviewer=reviewer, approve=True)  # the e-mail then runs
+
+    found = by_name(spans)
+    (by_person,) = found["approval issue_refund"]
+    assert by_person.attributes["agentsite.approval.rule"] == "refunds_need_a_reviewer"
+    assert by_person.attributes["agentsite.approval.rule_version"] == refund.rule_version
+    assert by_person.attributes["agentsite.approval.rule_outcome"] == "require"
+    assert by_person.attributes["agentsite.approval.approvals_needed"] == 1
+    assert by_person.attributes["agentsite.approval.wait_s"] in (30, 31)
+    (by_rule,) = found["approval send_email"]
+    assert by_rule.attributes["agentsite.approval.rule"] == "customer_emails_go_out"
+    assert by_rule.attributes["agentsite.approval.rule_outcome"] == "approve"
+    assert by_rule.attributes["agentsite.approval.via"] == "rule"
+    assert by_rule.attributes["agentsite.approval.wait_s"] == 0
+
+
+def test_an_approval_no_rule_matched_has_no_rule_on_its_span(author, reviewer, spans):
+    run = run_create(author=author, goal_text=REFUND_GOAL, plan_data=None)
+    advance_run(run.pk)
+    approval = Approval.objects.get(run=run, decision="pending")
+    approval_decide(approval=approval, reviewer=reviewer, approve=False, reason="no")
+
+    (span,) = by_name(spans)[f"approval {approval.tool}"]
+    assert "agentsite.approval.rule" not in span.attributes
+
+
 def test_a_dead_collector_drops_notes_unbuilt_instead_of_slowing_runs(author):
     class DeadCollector(SpanExporter):
         def __init__(self):

@@ -59,6 +59,36 @@ def test_opening_the_link_shows_the_exact_arguments_and_what_fed_them_and_decide
     assert not DecisionLinkUse.objects.exists()
 
 
+def test_the_page_shows_the_rule_that_required_the_request_and_who_may_decide_it(
+    client, author, reviewer, settings
+):
+    from django.contrib.auth.models import Group
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.two_of_finance"]
+    reviewer.groups.add(Group.objects.create(name="finance"))
+    run = run_create(author=author, goal_text="Refund A-1001", plan_data=REFUND)
+    advance_run(run.pk)
+    approval = Approval.objects.get(run=run)
+    client.force_login(reviewer)
+
+    page = client.get(url(approval, reviewer)).content.decode()
+
+    assert "<h2>The rule</h2>" in page
+    assert 'data-approval-rule="refunds_need_two_from_finance"' in page
+    assert f"version {approval.rule_version}" in page
+    assert "routed to <b>finance</b>" in page
+    assert "0 of 2 approvals" in page
+    assert Approval.objects.get(pk=approval.pk).decision == "pending"
+
+
+def test_the_page_says_when_no_rule_matched(client, waiting, reviewer):
+    client.force_login(reviewer)
+
+    page = client.get(url(waiting, reviewer)).content.decode()
+
+    assert "No approval rule matched this call: one reviewer decides" in page
+
+
 def test_the_post_decides_and_a_second_one_is_refused_as_used(client, waiting, reviewer):
     client.force_login(reviewer)
     link = url(waiting, reviewer)

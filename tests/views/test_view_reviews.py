@@ -62,3 +62,32 @@ def test_it_shows_each_window_from_the_rollup(client, operator, rollup):
 def test_the_costs_page_links_to_it(client, operator):
     client.force_login(operator)
     assert 'href="/reviews/"' in client.get("/costs/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rates_per_rule_come_from_the_rules_that_decided_and_routed_requests(
+    client, author, reviewer, operator, settings
+):
+    from plans.llm.offline import REFUND_GOAL
+    from plans.models import Approval
+    from plans.runtime.advance import advance_run
+    from plans.services.approvals import approval_decide
+    from plans.services.runs import run_create
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.review_mix"]
+    for approve in (True, False):
+        run = run_create(author=author, goal_text=REFUND_GOAL)
+        advance_run(run.pk)
+        refund = Approval.objects.get(run=run, tool="issue_refund")
+        approval_decide(approval=refund, reviewer=reviewer, approve=approve, reason="no")
+    client.force_login(operator)
+
+    page = client.get("/reviews/?days=1").content.decode()
+
+    by_rule = page[page.index('id="outcomes-rule"') :]
+    by_rule = by_rule[: by_rule.index("</table>")]
+    # The refund rule: one approved, one rejected by a person; the e-mail rule: approved itself.
+    refunds = by_rule[by_rule.index("<code>refunds_need_a_reviewer</code>") :].split("</tr>")[0]
+    assert '50.0% <span class="muted">(1)</span>' in refunds
+    emails = by_rule[by_rule.index("<code>customer_emails_go_out</code>") :].split("</tr>")[0]
+    assert emails.count('100.0% <span class="muted">(1)</span>') == 2  # approved, by a rule

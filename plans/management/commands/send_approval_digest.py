@@ -1,4 +1,5 @@
-"""Email the daily digest of waiting approvals to reviewers who chose it (run it from cron)."""
+"""Email the digest of waiting approvals to reviewers who chose it, now: for those who prefer
+cron to the workers' sweep (then set AGENTSITE_APPROVAL_DIGEST_S=0, or both send it)."""
 
 from __future__ import annotations
 
