@@ -10,7 +10,8 @@ import pytest
 from plans.llm.anthropic_model import BACKOFF_BASE_S, RETRY_AFTER_CAP_S, AnthropicModel
 from plans.llm.base import ModelError, Usage
 from plans.llm.prompts import answer_request, planner_request
-from tests.llm.anthropic_http import client_served_by, sse, stream_events
+from tests.llm.anthropic_http import message as api_message
+from tests.llm.anthropic_http import model_served_by, sse, stream_events
 
 CATALOG = [
     {
@@ -44,25 +45,12 @@ class Server:
 
 
 def model_for(server, *, max_retries=3, sleeps=None):
-    client = client_served_by(server)
     sleep = sleeps.append if sleeps is not None else lambda seconds: None
-    return AnthropicModel(client, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
+    return model_served_by(server, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
 
 
 def message(text, **usage):
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_01",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 20, **usage},
-        },
-    )
+    return api_message(text, usage={"input_tokens": 10, "output_tokens": 20, **usage})
 
 
 def error(status, kind, text, headers=None):
@@ -328,10 +316,7 @@ def test_a_negative_retry_count_is_refused():
 
 
 def message_with(content):
-    reply = message("unused")
-    body = json.loads(reply.content)
-    body["content"] = content
-    return httpx2.Response(200, json=body)
+    return api_message(content=content, usage={"input_tokens": 10, "output_tokens": 20})
 
 
 def test_separate_text_blocks_are_kept_apart_and_cited_pieces_join_as_one_text():
