@@ -281,3 +281,68 @@ def test_a_call_that_timed_out_but_replied_late_is_served_its_late_result(
 
     assert steps["issue_refund"]["status"] == "recorded"
     assert steps["issue_refund"]["result"] == took
+
+
+def test_the_plan_diff_compares_resolved_calls_step_by_step():
+    from decimal import Decimal
+
+    from plans.evals.replay import RECORDED, UNRESOLVED, Replay, ReplayStep
+    from plans.llm import Usage
+
+    original = {
+        "steps": [
+            {"id": 1, "tool": "price", "resolved_args": {"item": "a"}},
+            {"id": 2, "tool": "price", "resolved_args": {"item": "b"}},
+            {"id": 3, "tool": "echo", "resolved_args": {"text": "x"}},
+        ],
+        "calls": [],
+        "answer": "",
+        "model_calls": 0,
+        "cost_usd": Decimal(0),
+        "tokens": {"input_tokens": 0},
+    }
+    steps = [
+        ReplayStep(id=1, tool="price", args="{{0}}", resolved_args={"item": "a"}, status=RECORDED),
+        ReplayStep(id=2, tool="price", args={}, resolved_args={"item": "c"}, status=NOT_RECORDED),
+        ReplayStep(id=4, tool="echo", args={}, resolved_args=None, status=UNRESOLVED),
+    ]
+    replay = Replay(
+        run_id=1,
+        model="offline",
+        prompt_version="p",
+        route="plan",
+        plan_problems=[],
+        steps=steps,
+        answer="",
+        usage=Usage(),
+        model_calls=0,
+        cost_usd=Decimal(0),
+        original=original,
+    )
+
+    assert replay.diff()["plan"] == [
+        {
+            "step": 1,
+            "change": "unchanged",
+            "original": {"tool": "price", "args": {"item": "a"}},
+            "replay": {"tool": "price", "args": {"item": "a"}, "status": RECORDED},
+        },
+        {
+            "step": 2,
+            "change": "changed",
+            "original": {"tool": "price", "args": {"item": "b"}},
+            "replay": {"tool": "price", "args": {"item": "c"}, "status": NOT_RECORDED},
+        },
+        {
+            "step": 3,
+            "change": "removed",
+            "original": {"tool": "echo", "args": {"text": "x"}},
+            "replay": None,
+        },
+        {
+            "step": 4,
+            "change": "added",
+            "original": None,
+            "replay": {"tool": "echo", "args": None, "status": UNRESOLVED},
+        },
+    ]
