@@ -8,30 +8,18 @@ from plans.models import Approval, LedgerEntry, Run, RunEvent, Step
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
+from tests.reviewing import refund_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DEMO = ["plans.demo.approval_rules"]
 
 
-def refund_plan(order_id, amount):
-    return {
-        "steps": [
-            {
-                "id": 1,
-                "tool": "issue_refund",
-                "args": {"order_id": order_id, "amount_inr": amount, "reason": "damaged"},
-                "depends_on": [],
-            }
-        ]
-    }
-
-
 def start(author, order_id="A-1001", amount=800):
     run = run_create(
         author=author,
         goal_text=f"Refund {amount} on {order_id}",
-        plan_data=refund_plan(order_id, amount),
+        plan_data=refund_plan(order_id, amount, reason="damaged"),
     )
     advance_run(run.pk)
     run.refresh_from_db()
