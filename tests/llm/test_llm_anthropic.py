@@ -392,3 +392,27 @@ def test_a_streamed_answer_puts_the_blank_line_between_text_blocks_the_stored_on
 
     assert completion.text == "The total is\n\n92,800 INR"
     assert "".join(received) == completion.text
+
+
+def test_a_plan_calls_schema_is_made_strict_once_per_request(monkeypatch):
+    from plans.engine import plan_json_schema
+    from plans.llm.anthropic_model import request_params
+    from plans.tools import get_registry
+
+    transform = anthropic.transform_schema
+    made = []
+
+    def counted(schema):
+        made.append(1)
+        return transform(schema)
+
+    monkeypatch.setattr(anthropic, "transform_schema", counted)
+    schema = plan_json_schema(get_registry(), max_steps=5)
+    request = planner_request(
+        goal="g", catalog=CATALOG, max_steps=5, model="claude-sonnet-5-5", reply_schema=schema
+    )
+
+    params = request_params(request)
+
+    assert params["output_config"]["format"]["type"] == "json_schema"
+    assert len(made) == 1
