@@ -22,7 +22,8 @@ import httpx2
 from django.conf import settings
 
 from plans.engine.policies import backoff_delay
-from plans.llm.base import SCHEMA_MODES, Completion, ModelError, ModelRequest, Usage
+from plans.llm import plan_schema_setting
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -204,11 +205,7 @@ def schema_mode(model: str, schema: dict[str, Any]) -> str:
 def _schema_binding(model: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """schema_mode, and for "output_format" the strict schema it is sent as (made once: the
     SDK's transform of a large catalog's schema is most of the cost of a plan call's params)."""
-    mode = str(settings.AGENTSITE_PLAN_SCHEMA)
-    if mode not in SCHEMA_MODES:
-        raise ValueError(
-            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}"
-        )
+    mode = plan_schema_setting()
     if mode == "auto":
         strict = None if _WITHOUT_STRUCTURED_OUTPUTS.match(model) else _strict_schema(schema)
         return ("tool", None) if strict is None else ("output_format", strict)
