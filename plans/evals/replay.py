@@ -27,8 +27,8 @@ from plans.llm import Completion, ModelError, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, prices_for
 from plans.llm.prompts import answer_request, planner_request, repair_request
 from plans.models import EvalResult, Experiment, Goal, Run, RunReplay, Step, ToolCall
-from plans.runtime.planning import direct_answer, plan_from_completion
-from plans.tools import get_registry, tool_catalog_for_prompt
+from plans.runtime.planning import direct_answer, plan_from_completion, prompt_catalog
+from plans.tools import get_registry
 
 RECORDED = "recorded"
 NOT_RECORDED = "not recorded"
@@ -276,7 +276,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
     router = bool(settings.AGENTSITE_ROUTER)
     request = planner_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(registry),
+        catalog=prompt_catalog(registry),
         max_steps=max_steps,
         model=model_for("plan"),
         reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),

@@ -346,3 +346,31 @@ def test_the_plan_diff_compares_resolved_calls_step_by_step():
             "replay": {"tool": "echo", "args": None, "status": UNRESOLVED},
         },
     ]
+
+
+def test_the_replay_plans_with_the_catalog_the_run_was_planned_with(author, monkeypatch):
+    from plans.evals import replay as replay_module
+    from plans.llm.offline import PRICE_GOAL, OfflineModel
+    from plans.runtime import advance
+
+    sent = {}
+
+    class Recording(OfflineModel):
+        def __init__(self, who):
+            super().__init__()
+            self.who = who
+
+        def complete(self, request, *, on_text=None):
+            if request.purpose == "plan":
+                sent[self.who] = request.cached_prefix()
+            return super().complete(request, on_text=on_text)
+
+    monkeypatch.setattr(advance, "get_model", lambda: Recording("run"))
+    monkeypatch.setattr(replay_module, "get_model", lambda: Recording("replay"))
+    run = run_create(author=author, goal_text=PRICE_GOAL)
+    advance_run(run.pk)
+
+    replay_json(run.pk)
+
+    assert "result_slice" not in sent["run"]  # no result is held before the first plan
+    assert sent["replay"] == sent["run"]
