@@ -9,8 +9,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from plans.guards.approval_rules import rules_load
-from plans.llm import model_for
-from plans.llm.base import SCHEMA_MODES
+from plans.llm import model_for, plan_schema_setting
 from plans.llm.pricing import prices_for
 from plans.mcp.config import configured_servers
 
@@ -58,16 +57,11 @@ def check_parallel_steps(app_configs: Any = None, **kwargs: Any) -> list[checks.
 @checks.register()
 def check_plan_schema_mode(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """A mistyped way of binding plan replies would fail every plan call, not start-up."""
-    mode = settings.AGENTSITE_PLAN_SCHEMA
-    if mode in SCHEMA_MODES:
-        return []
-    return [
-        checks.Error(
-            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}",
-            hint='Leave it unset for "auto".',
-            id="plans.E003",
-        )
-    ]
+    try:
+        plan_schema_setting()
+    except ValueError as exc:
+        return [checks.Error(str(exc), hint='Leave it unset for "auto".', id="plans.E003")]
+    return []
 
 
 @checks.register()

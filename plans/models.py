@@ -368,6 +368,11 @@ class Step(models.Model):
             return (self.finished_at - self.started_at).total_seconds()
         return None
 
+    @property
+    def effective_args(self) -> Any:
+        """The arguments as resolved for the call, or as planned while they are not."""
+        return self.resolved_args if self.resolved_args is not None else self.args
+
 
 class Approval(models.Model):
     """A reviewer's decision on one destructive call, bound to the hash of its exact arguments."""

@@ -15,11 +15,9 @@ def other_author(django_user_model):
 
 @pytest.fixture
 def reviewer(django_user_model):
-    from django.contrib.auth.models import Permission
+    from tests.reviewing import decider
 
-    user = django_user_model.objects.create_user("bob", password="bob-pass-123")
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
+    return decider(django_user_model, "bob", password="bob-pass-123")
 
 
 @pytest.fixture

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import cast
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from plans.api.errors import body_too_large_detail
+from plans.middleware import Middleware
 
 API_PREFIX = "/api/"
 CODES = {
@@ -23,32 +21,14 @@ CODES = {
 }
 
 
-class ApiErrorsAsJson:
+class ApiErrorsAsJson(Middleware):
     """Outermost middleware: an API client never gets an HTML page or a debug traceback.
 
     The API's own handlers answer JSON; this covers what Django answers before a view runs or
     after it returns (a bad Host, a POST without its slash in debug, an unknown path).
     """
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(
-        self,
-        get_response: Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]],
-    ) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
-        if self.is_async:
-            return self._acall(request)
-        return as_json(request, cast(HttpResponseBase, self.get_response(request)))
-
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        response = await cast(Awaitable[HttpResponseBase], self.get_response(request))
+    def answer(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         return as_json(request, response)
 
 

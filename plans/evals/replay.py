@@ -21,14 +21,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from plans import engine
-from plans.engine.plan_diff import ADDED, CHANGED, REMOVED, UNCHANGED
+from plans.engine.plan_diff import ADDED, REMOVED, UNCHANGED, plan_diff
 from plans.evals.runner import experiment_summarise, prompt_version, run_model_usage
 from plans.llm import Completion, ModelError, Usage, get_model, model_for
 from plans.llm.pricing import cost_usd, prices_for
 from plans.llm.prompts import answer_request, planner_request, repair_request
 from plans.models import EvalResult, Experiment, Goal, Run, RunReplay, Step, ToolCall
-from plans.runtime.planning import direct_answer, plan_from_completion
-from plans.tools import get_registry, tool_catalog_for_prompt
+from plans.runtime.planning import direct_answer, plan_from_completion, prompt_catalog
+from plans.tools import get_registry
 
 RECORDED = "recorded"
 NOT_RECORDED = "not recorded"
@@ -65,8 +65,7 @@ class RecordedTools:
             )
         # A step that took an earlier version's result made no call of its own, but has one.
         for step in Step.objects.filter(plan__run=run, status=Step.Status.SUCCEEDED):
-            args = step.resolved_args if step.resolved_args is not None else step.args
-            self._by_call[engine.args_sha256(step.tool, args)] = Recorded(
+            self._by_call[engine.args_sha256(step.tool, step.effective_args)] = Recorded(
                 status="succeeded", result=step.result, error=""
             )
 
@@ -122,35 +121,26 @@ class Replay:
     def diff(self) -> dict[str, Any]:
         """Plan, arguments, answer, calls, tokens and cost: the original's against the replay's."""
         old = self.original
-        old_steps = {s["id"]: s for s in old["steps"]}
-        plan = []
-        for step_id in sorted(old_steps.keys() | {s.id for s in self.steps}):
-            before = old_steps.get(step_id)
-            after = next((s for s in self.steps if s.id == step_id), None)
-            if before is None:
-                change = ADDED
-            elif after is None:
-                change = REMOVED
-            elif before["tool"] != after.tool or before["resolved_args"] != after.resolved_args:
-                change = CHANGED
-            else:
-                change = UNCHANGED
-            plan.append(
-                {
-                    "step": step_id,
-                    "change": change,
-                    "original": (
-                        {"tool": before["tool"], "args": before["resolved_args"]}
-                        if before
-                        else None
-                    ),
-                    "replay": (
-                        {"tool": after.tool, "args": after.resolved_args, "status": after.status}
-                        if after
-                        else None
-                    ),
-                }
+        # Compared on their resolved arguments: the calls each would make.
+        status = {s.id: s.status for s in self.steps}
+        plan = [
+            {
+                "step": c.step_id,
+                "change": c.change,
+                "original": (
+                    {"tool": c.old_tool, "args": c.old_args} if c.change != ADDED else None
+                ),
+                "replay": (
+                    {"tool": c.new_tool, "args": c.new_args, "status": status[c.step_id]}
+                    if c.change != REMOVED
+                    else None
+                ),
+            }
+            for c in plan_diff(
+                [_Called(s["id"], s["tool"], s["resolved_args"]) for s in old["steps"]],
+                [_Called(s.id, s.tool, s.resolved_args) for s in self.steps],
             )
+        ]
         old_calls = {_call_key(c["tool"], c["args"]): c for c in old["calls"]}
         new_calls = {
             _call_key(s.tool, s.resolved_args): {"tool": s.tool, "args": s.resolved_args}
@@ -203,6 +193,15 @@ class Replay:
         }
 
 
+@dataclass
+class _Called:
+    """A step as plan_diff compares it, its arguments resolved."""
+
+    step_id: int
+    tool: str
+    args: Any
+
+
 def _call_key(tool: str, args: Any) -> str:
     return engine.args_sha256(tool, args if isinstance(args, Mapping) else {})
 
@@ -217,9 +216,7 @@ def run_original(run: Run) -> dict[str, Any]:
                 {
                     "id": step.step_id,
                     "tool": step.tool,
-                    "resolved_args": (
-                        step.resolved_args if step.resolved_args is not None else step.args
-                    ),
+                    "resolved_args": step.effective_args,
                 }
             )
     calls = [
@@ -279,7 +276,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
     router = bool(settings.AGENTSITE_ROUTER)
     request = planner_request(
         goal=run.goal.text,
-        catalog=tool_catalog_for_prompt(registry),
+        catalog=prompt_catalog(registry),
         max_steps=max_steps,
         model=model_for("plan"),
         reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),

@@ -23,7 +23,7 @@ def run_trajectory(run: Run) -> Trajectory:
             id=step.step_id,
             tool=step.tool,
             status=step.status,
-            args=step.resolved_args if step.resolved_args is not None else step.args,
+            args=step.effective_args,
             result=step.result,
             error=step.error,
             destructive=step.destructive,

@@ -24,6 +24,7 @@ from plans.engine.approval_rules import (
     rules_problems,
 )
 from plans.models import Approval, Run
+from plans.roles import group_names
 from plans.tools import ToolSpec, get_registry
 
 
@@ -65,14 +66,14 @@ def rules_load(modules: list[str] | None = None) -> list[Rule]:
 
 
 def call_context(*, run: Run, spec: ToolSpec | None, tool: str, args: Mapping[str, Any]) -> Call:
-    """What a rule sees of a call: its arguments, the run's author and groups, its cost so far
-    and the tool's metadata."""
+    """What a rule sees of a call: its arguments, the run's author and groups (read once per
+    author object, as plans.roles reads a reviewer's), its cost so far and the tool's metadata."""
     author = run.goal.author
     return Call(
         tool=tool,
         args=args,
         author=author.get_username(),
-        author_groups=frozenset(author.groups.values_list("name", flat=True)),
+        author_groups=group_names(author),
         cost_usd=Decimal(run.cost_usd or 0),
         tool_meta=_tool_meta(spec),
     )

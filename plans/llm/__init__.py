@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from plans.llm.base import ChatModel, Completion, ModelError, ModelRequest, Usage
+from plans.llm.base import SCHEMA_MODES, ChatModel, Completion, ModelError, ModelRequest, Usage
 from plans.llm.offline import OFFLINE_DEMO_GOALS, OfflineModel
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "Usage",
     "get_model",
     "model_for",
+    "plan_schema_setting",
 ]
 
 BACKENDS = ("anthropic", "offline")
@@ -58,6 +59,16 @@ def model_for(purpose: str) -> str:
     if purpose == "answer":
         return settings.AGENTSITE_ANSWER_MODEL
     return settings.AGENTSITE_PLANNER_MODEL
+
+
+def plan_schema_setting() -> str:
+    """AGENTSITE_PLAN_SCHEMA, how plan replies are bound; ValueError when it names no mode."""
+    mode = str(settings.AGENTSITE_PLAN_SCHEMA)
+    if mode not in SCHEMA_MODES:
+        raise ValueError(
+            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}"
+        )
+    return mode
 
 
 @functools.lru_cache(maxsize=4)

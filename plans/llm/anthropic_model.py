@@ -22,7 +22,8 @@ import httpx2
 from django.conf import settings
 
 from plans.engine.policies import backoff_delay
-from plans.llm.base import SCHEMA_MODES, Completion, ModelError, ModelRequest, Usage
+from plans.llm import plan_schema_setting
+from plans.llm.base import Completion, ModelError, ModelRequest, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -198,16 +199,17 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
 
 def schema_mode(model: str, schema: dict[str, Any]) -> str:
     """How a reply is bound to the schema for this model: "output_format", "tool" or "off"."""
-    mode = str(settings.AGENTSITE_PLAN_SCHEMA)
-    if mode not in SCHEMA_MODES:
-        raise ValueError(
-            f"AGENTSITE_PLAN_SCHEMA is {mode!r}; it must be one of {', '.join(SCHEMA_MODES)}"
-        )
-    if mode != "auto":
-        return mode
-    if _WITHOUT_STRUCTURED_OUTPUTS.match(model) or _strict_schema(schema) is None:
-        return "tool"
-    return "output_format"
+    return _schema_binding(model, schema)[0]
+
+
+def _schema_binding(model: str, schema: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """schema_mode, and for "output_format" the strict schema it is sent as (made once: the
+    SDK's transform of a large catalog's schema is most of the cost of a plan call's params)."""
+    mode = plan_schema_setting()
+    if mode == "auto":
+        strict = None if _WITHOUT_STRUCTURED_OUTPUTS.match(model) else _strict_schema(schema)
+        return ("tool", None) if strict is None else ("output_format", strict)
+    return mode, _strict_schema(schema) if mode == "output_format" else None
 
 
 def _strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
@@ -257,9 +259,8 @@ def _type_lists_split(schema: Any) -> Any:
 
 
 def _binding(model: str, schema: dict[str, Any]) -> dict[str, Any]:
-    mode = schema_mode(model, schema)
+    mode, strict = _schema_binding(model, schema)
     if mode == "output_format":
-        strict = _strict_schema(schema)
         if strict is None:
             raise ValueError("the reply schema cannot be sent as a structured output format")
         return {"output_config": {"format": {"type": "json_schema", "schema": strict}}}

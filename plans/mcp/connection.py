@@ -177,11 +177,9 @@ class ServerConnection:
         it last listed are returned at once; elsewhere the caller waits for them.
         """
         if start:
-            client = self._client
-            up = client is not None and not _transport_closed(client)
             stale = time.monotonic() - self._listed_at > CATALOG_TTL_S
             if _reads_never_wait.get():
-                if not up:
+                if _live(self._client) is None:
                     self.start_in_background()
                 elif stale:
                     self._relist_soon()
@@ -194,10 +192,7 @@ class ServerConnection:
     def start_in_background(self) -> None:
         """Start the server on a thread of its own, unless it is up, starting or just failed."""
         with self._background_lock:
-            client = self._client
-            if self._starting or (client is not None and not _transport_closed(client)):
-                return
-            if self._failure and time.monotonic() - self._failed_at < RETRY_START_AFTER_S:
+            if self._starting or _live(self._client) is not None or self._resting():
                 return
             self._starting = True
             self._start_done.clear()
@@ -304,13 +299,14 @@ class ServerConnection:
             self._close_locked()
 
     def _ensure_started(self, *, background: bool = False) -> Client | None:
-        client = self._client
-        if client is not None and not _transport_closed(client):
+        client = _live(self._client)
+        if client is not None:
             return client
         with self._lock:
-            if self._client is not None and not _transport_closed(self._client):
-                return self._client
-            if self._failure and time.monotonic() - self._failed_at < RETRY_START_AFTER_S:
+            client = _live(self._client)
+            if client is not None:
+                return client
+            if self._resting():
                 return None
             self._close_locked()
             self._starting = True
@@ -327,6 +323,10 @@ class ServerConnection:
                     self._starting = False
             self._failure = ""
             return self._client
+
+    def _resting(self) -> bool:
+        """Its last start failed too recently to try again (each try can take its time limit)."""
+        return bool(self._failure) and time.monotonic() - self._failed_at < RETRY_START_AFTER_S
 
     def _start_locked(self) -> None:
         self._starts += 1
@@ -472,6 +472,11 @@ async def _list_all_tools(client: Client) -> list[types.Tool]:
 
 # The stream errors the SDK lets through when the other side is gone.
 _CLOSED = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
+
+
+def _live(client: Client | None) -> Client | None:
+    """The client, if there is one and its transport has not ended; else None."""
+    return client if client is not None and not _transport_closed(client) else None
 
 
 def _transport_closed(client: Client) -> bool:

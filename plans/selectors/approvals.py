@@ -32,23 +32,29 @@ def _with_votes(approvals: QuerySet[Approval]) -> QuerySet[Approval]:
     )
 
 
-def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
-    """Undecided approvals of live runs the user may see, newest first."""
-    rule = run_visibility(user, through="run__")
-    waiting = (
-        Approval.objects.filter(decision=Approval.Decision.PENDING)
-        .exclude(run__status__in=Run.TERMINAL)
-        # The step's plan and the version it replaced: what a card says of a replan.
-        .select_related(
+def _as_cards(approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+    """With all an inbox card shows: the run and its author, the step's plan and the version it
+    replaced (what a card says of a replan), who decided or claimed it, what it superseded."""
+    return _with_votes(
+        approvals.select_related(
             "run__goal__author",
             "step__plan__parent",
             "reviewer",
             "claimed_by",
             "supersedes__reviewer",
         )
+    )
+
+
+def approvals_waiting(user: User | AnonymousUser) -> QuerySet[Approval]:
+    """Undecided approvals of live runs the user may see, newest first."""
+    rule = run_visibility(user, through="run__")
+    waiting = (
+        Approval.objects.filter(decision=Approval.Decision.PENDING)
+        .exclude(run__status__in=Run.TERMINAL)
         .order_by("-requested_at", "-pk")
     )
-    return waiting.none() if rule is None else _with_votes(waiting.filter(rule))
+    return waiting.none() if rule is None else _as_cards(waiting.filter(rule))
 
 
 # The reviewer's queue: what it holds (mine: I may decide it; my groups: routed to a group
@@ -130,15 +136,9 @@ def approvals_of_round(*, run_id: int, round_no: int, ids: list[int]) -> list[Ap
 def round_after_decision(*, run_id: int, round_no: int, decided: list[int]) -> list[Approval]:
     """The round's approvals just decided, with those of it still waiting."""
     return list(
-        _with_votes(
-            Approval.objects.filter(run_id=run_id, step__round=round_no)
-            .filter(Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING))
-            .select_related(
-                "run__goal__author",
-                "step__plan__parent",
-                "reviewer",
-                "claimed_by",
-                "supersedes__reviewer",
+        _as_cards(
+            Approval.objects.filter(run_id=run_id, step__round=round_no).filter(
+                Q(pk__in=decided) | Q(decision=Approval.Decision.PENDING)
             )
         )
     )

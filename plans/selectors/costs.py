@@ -130,12 +130,12 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
         by_author=by_author,
         by_tool=by_tool,
         tokens=_tokens_per_completed_run(
-            first_day, run_counts["completed"] or 0, run_counts["completed_tokens"] or 0
+            first_day, run_counts["completed"], run_counts["completed_tokens"]
         ),
         rejections=Rate(approval_counts["rejected"] or 0, approval_counts["decided"] or 0),
         tool_errors=Rate(sum(r["errors"] for r in by_tool), sum(r["calls"] for r in by_tool)),
-        budget_exhaustion=Rate(run_counts["exhausted"] or 0, run_counts["finished"] or 0),
-        runs=run_counts["total"] or 0,
+        budget_exhaustion=Rate(run_counts["exhausted"], run_counts["finished"]),
+        runs=run_counts["total"],
         generated_at=now,
         cache_write_1h_tokens=sum(row["cache_write_1h_tokens"] or 0 for row in by_model),
         web_search_requests=sum(row["web_search_requests"] or 0 for row in by_model),
@@ -146,32 +146,29 @@ def cost_report(*, days: int = DEFAULT_COST_WINDOW, now: datetime | None = None)
 
 
 def _forecasts(run_days: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for row in run_days:
-        if row["forecasted"]:
-            forecast, actual = _usd(row["forecast"]), _usd(row["actual"])
-            rows.append(
-                {
-                    "day": row["day"],
-                    "runs": row["forecasted"],
-                    "forecast": forecast,
-                    "actual": actual,
-                    "error": forecast_error(forecast, actual),
-                }
-            )
+    """Each day with forecast runs, then the window's total (day None); none without a forecast."""
+    rows = [
+        _forecast_row(row["day"], row["forecasted"], _usd(row["forecast"]), _usd(row["actual"]))
+        for row in run_days
+        if row["forecasted"]
+    ]
     if rows:
-        forecast = sum((row["forecast"] for row in rows), Decimal(0))
-        actual = sum((row["actual"] for row in rows), Decimal(0))
         rows.append(
-            {
-                "day": None,  # the window's total
-                "runs": sum(row["runs"] for row in rows),
-                "forecast": forecast,
-                "actual": actual,
-                "error": forecast_error(forecast, actual),
-            }
+            _forecast_row(
+                None,
+                sum(row["runs"] for row in rows),
+                sum((row["forecast"] for row in rows), Decimal(0)),
+                sum((row["actual"] for row in rows), Decimal(0)),
+            )
         )
     return rows
+
+
+def _forecast_row(
+    day: date | None, runs: int, forecast: Decimal, actual: Decimal
+) -> dict[str, Any]:
+    error = forecast_error(forecast, actual)
+    return {"day": day, "runs": runs, "forecast": forecast, "actual": actual, "error": error}
 
 
 def _judge_spend(since: datetime) -> tuple[Decimal, int]:

@@ -55,17 +55,14 @@ class ToolSpec:
     # acting; asked before a reviewer decides and again just before the call (same limit).
     preview: Callable[..., Any] | None = None
     preview_timeout_s: float | None = None
+    # The hook has an idempotency_key parameter (read at declaration, not at each preview).
+    preview_takes_key: bool = False
     # What one call costs beyond the model's tokens (a paid API), as declared; None: not declared.
     cost_usd: Decimal | None = None
 
     def call(self, args: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """Call the function with ``args``; the executor's key is passed if the tool takes one."""
-        kwargs = dict(args)
-        for name, convert in self.converters.items():
-            if name in kwargs:
-                kwargs[name] = convert(kwargs[name])
-        if self.takes_idempotency_key:
-            kwargs[IDEMPOTENCY_PARAM] = idempotency_key
+        kwargs = self._kwargs(args, idempotency_key if self.takes_idempotency_key else None)
         result = self.fn(**kwargs)
         if inspect.iscoroutine(result) or inspect.isasyncgen(result):
             # A plain function that returns a coroutine (say, a sync wrapper around an async
@@ -87,13 +84,19 @@ class ToolSpec:
         one): an effect already made under it is this very call's, not a change of target.
         """
         assert self.preview is not None
+        kwargs = self._kwargs(args, idempotency_key if self.preview_takes_key else None)
+        return preview_data(self.preview(**kwargs))
+
+    def _kwargs(self, args: Mapping[str, Any], idempotency_key: str | None) -> dict[str, Any]:
+        """The arguments as the function (or its preview hook) takes them: each converted to its
+        hinted type, with the idempotency key when one is given."""
         kwargs = dict(args)
         for name, convert in self.converters.items():
             if name in kwargs:
                 kwargs[name] = convert(kwargs[name])
-        if _takes_key(self.preview):
+        if idempotency_key is not None:
             kwargs[IDEMPOTENCY_PARAM] = idempotency_key
-        return preview_data(self.preview(**kwargs))
+        return kwargs
 
     @property
     def origin(self) -> str:
@@ -183,6 +186,7 @@ def tool(
             output_schema=derived.output_schema,
             preview=preview,
             preview_timeout_s=None if preview_timeout_s is None else float(preview_timeout_s),
+            preview_takes_key=preview is not None and _takes_key(preview),
             cost_usd=call_cost,
         )
         _declare(spec)

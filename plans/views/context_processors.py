@@ -1,6 +1,6 @@
 """What every page's navigation needs."""
 
-from collections.abc import Callable
+from functools import cache, partial
 
 from django.http import HttpRequest
 
@@ -14,20 +14,8 @@ def pending_approvals(request: HttpRequest) -> dict[str, object]:
     if user is None or not user.is_authenticated:
         return {}
     return {
-        # Counted only if the page shows it and its view did not (the queue counts it itself).
-        "pending_approvals": _Once(lambda: pending_approvals_count(user)),
+        # Counted when the page first shows it (templates call it), once, and not at all if
+        # its view counted it itself (the queue does).
+        "pending_approvals": cache(partial(pending_approvals_count, user)),
         "is_reviewer": may_decide(user),
     }
-
-
-class _Once:
-    """A value computed when a template first asks for it, then kept for the page."""
-
-    def __init__(self, compute: Callable[[], int]) -> None:
-        self._compute = compute
-        self._value: int | None = None
-
-    def __call__(self) -> int:
-        if self._value is None:
-            self._value = self._compute()
-        return self._value

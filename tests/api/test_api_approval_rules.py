@@ -7,10 +7,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from plans.api.tokens import token_create
-from plans.models import Approval
 from plans.roles import roles_ensure
-from plans.runtime.advance import advance_run
-from plans.services.runs import run_create
+from tests.reviewing import refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,11 +19,7 @@ def demo_rules(settings):
 
 
 def refund(author, order_id, amount):
-    args = {"order_id": order_id, "amount_inr": amount, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    run = run_create(author=author, goal_text="refund", plan_data=plan)
-    advance_run(run.pk)
-    return Approval.objects.get(run=run)
+    return waiting_approval(author, refund_plan(order_id, amount))
 
 
 def reviewer_token(user):

@@ -281,3 +281,96 @@ def test_a_call_that_timed_out_but_replied_late_is_served_its_late_result(
 
     assert steps["issue_refund"]["status"] == "recorded"
     assert steps["issue_refund"]["result"] == took
+
+
+def test_the_plan_diff_compares_resolved_calls_step_by_step():
+    from decimal import Decimal
+
+    from plans.evals.replay import RECORDED, UNRESOLVED, Replay, ReplayStep
+    from plans.llm import Usage
+
+    original = {
+        "steps": [
+            {"id": 1, "tool": "price", "resolved_args": {"item": "a"}},
+            {"id": 2, "tool": "price", "resolved_args": {"item": "b"}},
+            {"id": 3, "tool": "echo", "resolved_args": {"text": "x"}},
+        ],
+        "calls": [],
+        "answer": "",
+        "model_calls": 0,
+        "cost_usd": Decimal(0),
+        "tokens": {"input_tokens": 0},
+    }
+    steps = [
+        ReplayStep(id=1, tool="price", args="{{0}}", resolved_args={"item": "a"}, status=RECORDED),
+        ReplayStep(id=2, tool="price", args={}, resolved_args={"item": "c"}, status=NOT_RECORDED),
+        ReplayStep(id=4, tool="echo", args={}, resolved_args=None, status=UNRESOLVED),
+    ]
+    replay = Replay(
+        run_id=1,
+        model="offline",
+        prompt_version="p",
+        route="plan",
+        plan_problems=[],
+        steps=steps,
+        answer="",
+        usage=Usage(),
+        model_calls=0,
+        cost_usd=Decimal(0),
+        original=original,
+    )
+
+    assert replay.diff()["plan"] == [
+        {
+            "step": 1,
+            "change": "unchanged",
+            "original": {"tool": "price", "args": {"item": "a"}},
+            "replay": {"tool": "price", "args": {"item": "a"}, "status": RECORDED},
+        },
+        {
+            "step": 2,
+            "change": "changed",
+            "original": {"tool": "price", "args": {"item": "b"}},
+            "replay": {"tool": "price", "args": {"item": "c"}, "status": NOT_RECORDED},
+        },
+        {
+            "step": 3,
+            "change": "removed",
+            "original": {"tool": "echo", "args": {"text": "x"}},
+            "replay": None,
+        },
+        {
+            "step": 4,
+            "change": "added",
+            "original": None,
+            "replay": {"tool": "echo", "args": None, "status": UNRESOLVED},
+        },
+    ]
+
+
+def test_the_replay_plans_with_the_catalog_the_run_was_planned_with(author, monkeypatch):
+    from plans.evals import replay as replay_module
+    from plans.llm.offline import PRICE_GOAL, OfflineModel
+    from plans.runtime import advance
+
+    sent = {}
+
+    class Recording(OfflineModel):
+        def __init__(self, who):
+            super().__init__()
+            self.who = who
+
+        def complete(self, request, *, on_text=None):
+            if request.purpose == "plan":
+                sent[self.who] = request.cached_prefix()
+            return super().complete(request, on_text=on_text)
+
+    monkeypatch.setattr(advance, "get_model", lambda: Recording("run"))
+    monkeypatch.setattr(replay_module, "get_model", lambda: Recording("replay"))
+    run = run_create(author=author, goal_text=PRICE_GOAL)
+    advance_run(run.pk)
+
+    replay_json(run.pk)
+
+    assert "result_slice" not in sent["run"]  # no result is held before the first plan
+    assert sent["replay"] == sent["run"]

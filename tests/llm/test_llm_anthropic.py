@@ -10,7 +10,8 @@ import pytest
 from plans.llm.anthropic_model import BACKOFF_BASE_S, RETRY_AFTER_CAP_S, AnthropicModel
 from plans.llm.base import ModelError, Usage
 from plans.llm.prompts import answer_request, planner_request
-from tests.llm.anthropic_http import client_served_by, sse, stream_events
+from tests.llm.anthropic_http import message as api_message
+from tests.llm.anthropic_http import model_served_by, sse, stream_events
 
 CATALOG = [
     {
@@ -44,25 +45,12 @@ class Server:
 
 
 def model_for(server, *, max_retries=3, sleeps=None):
-    client = client_served_by(server)
     sleep = sleeps.append if sleeps is not None else lambda seconds: None
-    return AnthropicModel(client, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
+    return model_served_by(server, max_retries=max_retries, sleep=sleep, rng=random.Random(7))
 
 
 def message(text, **usage):
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_01",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 20, **usage},
-        },
-    )
+    return api_message(text, usage={"input_tokens": 10, "output_tokens": 20, **usage})
 
 
 def error(status, kind, text, headers=None):
@@ -328,10 +316,7 @@ def test_a_negative_retry_count_is_refused():
 
 
 def message_with(content):
-    reply = message("unused")
-    body = json.loads(reply.content)
-    body["content"] = content
-    return httpx2.Response(200, json=body)
+    return api_message(content=content, usage={"input_tokens": 10, "output_tokens": 20})
 
 
 def test_separate_text_blocks_are_kept_apart_and_cited_pieces_join_as_one_text():
@@ -407,3 +392,27 @@ def test_a_streamed_answer_puts_the_blank_line_between_text_blocks_the_stored_on
 
     assert completion.text == "The total is\n\n92,800 INR"
     assert "".join(received) == completion.text
+
+
+def test_a_plan_calls_schema_is_made_strict_once_per_request(monkeypatch):
+    from plans.engine import plan_json_schema
+    from plans.llm.anthropic_model import request_params
+    from plans.tools import get_registry
+
+    transform = anthropic.transform_schema
+    made = []
+
+    def counted(schema):
+        made.append(1)
+        return transform(schema)
+
+    monkeypatch.setattr(anthropic, "transform_schema", counted)
+    schema = plan_json_schema(get_registry(), max_steps=5)
+    request = planner_request(
+        goal="g", catalog=CATALOG, max_steps=5, model="claude-sonnet-5-5", reply_schema=schema
+    )
+
+    params = request_params(request)
+
+    assert params["output_config"]["format"]["type"] == "json_schema"
+    assert len(made) == 1

@@ -3,10 +3,8 @@
 import pytest
 from django.contrib.auth.models import Group, Permission
 
-from plans.models import Approval
 from plans.notifications.emails import approval_round_email
-from plans.runtime.advance import advance_run
-from plans.services.runs import run_create
+from tests.reviewing import refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,12 +28,8 @@ def emailed(approval, people):
     return sorted(address for email in sent if email for address in email.recipients)
 
 
-def refund(author, order_id):
-    args = {"order_id": order_id, "amount_inr": 500, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    run = run_create(author=author, goal_text="refund", plan_data=plan)
-    advance_run(run.pk)
-    return Approval.objects.get(run=run)
+def refund(author, order_id, amount=500):
+    return waiting_approval(author, refund_plan(order_id, amount))
 
 
 def test_a_request_routed_to_finance_is_emailed_to_finance_members_only(author, team, settings):
@@ -55,14 +49,10 @@ def test_the_email_says_the_rule_and_how_many_approvals_it_has(author, team, set
     from plans.services.approvals import approval_decide
 
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
-    args = {"order_id": "A-1002", "amount_inr": 60000, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    run = run_create(author=author, goal_text="refund", plan_data=plan)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    approval = refund(author, "A-1002", 60000)
     approval_decide(approval=approval, reviewer=team["bob"], approve=True)
 
-    email = approval_round_email(run.pk, approval.step.round, team["fiona"].pk)
+    email = approval_round_email(approval.run_id, approval.step.round, team["fiona"].pk)
 
     assert email is not None
     assert "rule large_refund_needs_two_reviewers · 1 of 2 approvals" in email.text

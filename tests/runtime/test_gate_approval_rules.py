@@ -8,30 +8,18 @@ from plans.models import Approval, LedgerEntry, Run, RunEvent, Step
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
+from tests.reviewing import refund_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DEMO = ["plans.demo.approval_rules"]
 
 
-def refund_plan(order_id, amount):
-    return {
-        "steps": [
-            {
-                "id": 1,
-                "tool": "issue_refund",
-                "args": {"order_id": order_id, "amount_inr": amount, "reason": "damaged"},
-                "depends_on": [],
-            }
-        ]
-    }
-
-
 def start(author, order_id="A-1001", amount=800):
     run = run_create(
         author=author,
         goal_text=f"Refund {amount} on {order_id}",
-        plan_data=refund_plan(order_id, amount),
+        plan_data=refund_plan(order_id, amount, reason="damaged"),
     )
     advance_run(run.pk)
     run.refresh_from_db()
@@ -149,3 +137,22 @@ def test_rule_modules_that_cannot_be_loaded_leave_the_call_to_a_reviewer(author,
     approval = Approval.objects.get(run=run)
     assert approval.decision == Approval.Decision.PENDING
     assert "no_such_module" in approval.rule_error
+
+
+def test_the_authors_groups_are_read_once_for_a_round_of_calls_the_rules_see(author, settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = DEMO
+    steps = [
+        {**refund_plan(order, 800, reason="damaged")["steps"][0], "id": i}
+        for i, order in enumerate(("A-1001", "A-1002", "A-1004"), start=1)
+    ]
+    run = run_create(author=author, goal_text="Three refunds", plan_data={"steps": steps})
+
+    with CaptureQueriesContext(connection) as queries:
+        advance_run(run.pk)
+
+    assert Approval.objects.filter(run=run).count() == 3
+    groups_read = [q["sql"] for q in queries if '"auth_user_groups"' in q["sql"]]
+    assert len(groups_read) == 1, groups_read

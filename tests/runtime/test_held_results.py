@@ -9,50 +9,11 @@ from django.urls import reverse
 from plans.models import Run, Step
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from tests.runtime.test_replanning import Claude, plan, step
+from tests.runtime.test_replanning import plan, step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REPORT = {"rows": 500}  # sales_report: 500 objects, about 205,000 chars of JSON
-
-
-class SystemsSeen(Claude):
-    """The fake API, also keeping each request's system text (where the catalog is)."""
-
-    def __call__(self, request):
-        body = json.loads(request.content)
-        self.systems = [*getattr(self, "systems", []), json.dumps(body.get("system"))]
-        return super().__call__(request)
-
-
-@pytest.fixture
-def claude(settings, monkeypatch):
-    import random
-
-    import anthropic
-    import httpx2
-
-    from plans.llm.anthropic_model import AnthropicModel
-    from plans.runtime import advance as execution
-
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
-    settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 1
-
-    def install(first_plan, *replans):
-        server = SystemsSeen(first_plan, replans)
-        client = anthropic.Anthropic(
-            api_key="test-key",
-            base_url="https://api.example.test",
-            max_retries=0,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
-        )
-        model = AnthropicModel(client, sleep=lambda s: None, rng=random.Random(1))
-        monkeypatch.setattr(execution, "get_model", lambda: model)
-        return server
-
-    return install
 
 
 def run_goal(author, text="Summarise the sales report"):
@@ -61,8 +22,10 @@ def run_goal(author, text="Summarise the sales report"):
     return Run.objects.get(pk=run.pk)
 
 
-def test_a_200_kb_result_is_stored_whole_and_prompts_get_an_extract_by_reference(author, claude):
-    server = claude(
+def test_a_200_kb_result_is_stored_whole_and_prompts_get_an_extract_by_reference(
+    author, claude_plans
+):
+    server = claude_plans(
         plan(step(1, "sales_report", REPORT), step(2, "explode", {"message": "ledger down"})),
         plan(
             step(1, "sales_report", REPORT),
@@ -97,8 +60,8 @@ def test_a_200_kb_result_is_stored_whole_and_prompts_get_an_extract_by_reference
     assert "SKU-00499" in answer_prompt
 
 
-def test_result_slice_reads_on_from_an_offset_with_bounded_output(author, claude):
-    claude(
+def test_result_slice_reads_on_from_an_offset_with_bounded_output(author, claude_plans):
+    claude_plans(
         plan(
             step(1, "sales_report", REPORT),
             step(2, "result_slice", {"ref": "v1.step1", "offset": 2000, "length": 4000}, [1]),
@@ -115,13 +78,13 @@ def test_result_slice_reads_on_from_an_offset_with_bounded_output(author, claude
     assert part["next_offset"] == 6000 and part["total_chars"] == len(whole)
 
 
-def test_a_run_cannot_read_another_runs_result(author, claude):
-    claude(plan(step(1, "echo", {"text": "a"}), step(2, "sales_report", REPORT)))
+def test_a_run_cannot_read_another_runs_result(author, claude_plans):
+    claude_plans(plan(step(1, "echo", {"text": "a"}), step(2, "sales_report", REPORT)))
     first = run_goal(author)
     assert Step.objects.get(plan__run=first, step_id=2).status == Step.Status.SUCCEEDED
 
     # The same reference, from another run: it names that run's own step 2, which it lacks.
-    claude(plan(step(1, "result_slice", {"ref": "v1.step2", "path": "[0]"})))
+    claude_plans(plan(step(1, "result_slice", {"ref": "v1.step2", "path": "[0]"})))
     second = run_goal(author, "Read the other run's report")
 
     sliced = Step.objects.get(plan__run=second, step_id=1)
@@ -129,8 +92,8 @@ def test_a_run_cannot_read_another_runs_result(author, claude):
     assert sliced.error == "this run has no step v1.step2 (plan version 1, step 2)"
 
 
-def test_the_run_page_and_the_audit_show_the_whole_result(author, claude, client):
-    claude(plan(step(1, "sales_report", REPORT)))
+def test_the_run_page_and_the_audit_show_the_whole_result(author, claude_plans, client):
+    claude_plans(plan(step(1, "sales_report", REPORT)))
     run = run_goal(author)
     client.force_login(author)
 

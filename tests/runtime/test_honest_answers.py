@@ -5,16 +5,13 @@ Through the real Anthropic SDK on a mock transport (tests/llm/anthropic_http.py)
 
 import json
 
-import httpx2
 import pytest
 from django.urls import reverse
 
-from plans.llm.anthropic_model import AnthropicModel
 from plans.models import ModelCall, Plan, Run, RunEvent
-from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from tests.llm.anthropic_http import client_served_by, sse, stream_events
+from tests.llm.anthropic_http import message, sse, stream_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,50 +19,12 @@ PLAN = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "dep
 
 
 def streamed(deltas, *, stop_reason="end_turn"):
-    events = stream_events(deltas, input_usage={"input_tokens": 50}, output_tokens=9)
-    for event in events:
-        if event["type"] == "message_delta":
-            event["delta"]["stop_reason"] = stop_reason
+    events = stream_events(
+        deltas, input_usage={"input_tokens": 50}, output_tokens=9, stop_reason=stop_reason
+    )
     if not deltas:  # no text block at all
         events = [e for e in events if not e["type"].startswith("content_block")]
     return sse(*events)
-
-
-def message(text, *, stop_reason="end_turn", content=None):
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-5-5",
-            "content": content if content is not None else [{"type": "text", "text": text}],
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 40, "output_tokens": 30},
-        },
-    )
-
-
-@pytest.fixture
-def claude(settings, monkeypatch):
-    """Serves the given replies in order to the real SDK; returns the requests' bodies."""
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    bodies = []
-
-    def install(*replies):
-        queue = list(replies)
-
-        def serve(request):
-            bodies.append(json.loads(request.content))
-            return queue.pop(0)
-
-        model = AnthropicModel(client_served_by(serve), sleep=lambda seconds: None)
-        monkeypatch.setattr(execution, "get_model", lambda: model)
-        return bodies
-
-    return install
 
 
 @pytest.mark.parametrize(
@@ -78,9 +37,9 @@ def claude(settings, monkeypatch):
     ids=["cut-off", "refused", "no-text"],
 )
 def test_an_answer_that_is_not_whole_ends_the_run_not_completed_keeping_the_partial_text(
-    author, claude, deltas, stop_reason, reason, client
+    author, claude_replies, deltas, stop_reason, reason, client
 ):
-    claude(streamed(deltas, stop_reason=stop_reason))
+    claude_replies(streamed(deltas, stop_reason=stop_reason))
     run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=PLAN)
 
     assert advance_run(run.pk) == "failed"
@@ -98,17 +57,19 @@ def test_an_answer_that_is_not_whole_ends_the_run_not_completed_keeping_the_part
     assert "the answer is incomplete:" in page and "".join(deltas) in page
 
 
-def test_a_whole_answer_still_completes_the_run(author, claude):
-    claude(streamed(["The total is ", "79,900 INR."]))
+def test_a_whole_answer_still_completes_the_run(author, claude_replies):
+    claude_replies(streamed(["The total is ", "79,900 INR."]))
     run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=PLAN)
 
     assert advance_run(run.pk) == "completed"
     assert Run.objects.get(pk=run.pk).answer == "The total is 79,900 INR."
 
 
-def test_a_plan_cut_off_at_max_tokens_is_named_so_and_repaired_with_a_higher_limit(author, claude):
+def test_a_plan_cut_off_at_max_tokens_is_named_so_and_repaired_with_a_higher_limit(
+    author, claude_replies
+):
     cut = json.dumps(PLAN)[:30]
-    bodies = claude(
+    bodies = claude_replies(
         message(cut, stop_reason="max_tokens"),
         message(json.dumps(PLAN)),
         streamed(["79,900 INR."]),
@@ -141,9 +102,9 @@ def test_a_plan_cut_off_at_max_tokens_is_named_so_and_repaired_with_a_higher_lim
     ids=["refusal", "tool-use", "max-tokens"],
 )
 def test_a_planner_reply_that_is_not_a_plan_is_reported_for_what_it_is(
-    author, claude, reply, named
+    author, claude_replies, reply, named
 ):
-    claude(reply, reply)
+    claude_replies(reply, reply)
     run = run_create(author=author, goal_text="Price of an iPhone 16")
 
     advance_run(run.pk)

@@ -2,13 +2,12 @@
 
 import pytest
 
-from plans.llm.anthropic_model import AnthropicModel
 from plans.llm.offline import OfflineModel
 from plans.models import ModelCall, Run, Step
 from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from tests.llm.anthropic_http import client_served_by, sse, stream_events
+from tests.llm.anthropic_http import sse, stream_events, streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,17 +61,11 @@ def test_a_model_missing_from_the_price_table_is_never_called_and_the_run_says_s
     assert not ModelCall.objects.filter(run=run).exists()
 
 
-def test_an_answer_stream_cut_short_records_the_input_it_was_billed_for(
-    author, settings, monkeypatch
-):
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
+def test_an_answer_stream_cut_short_records_the_input_it_was_billed_for(author, claude_serves):
     # The answer's stream breaks off after its first words; message_start said 1200 went in.
     events = stream_events(["The"], input_usage={"input_tokens": 1200}, output_tokens=5)[:3]
     events.append({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
-    client = client_served_by(lambda request: sse(*events))
-    model = AnthropicModel(client, sleep=lambda seconds: None)
-    monkeypatch.setattr(execution, "get_model", lambda: model)
+    claude_serves(lambda request: sse(*events))
     plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
     run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=plan)
 
@@ -162,16 +155,8 @@ def test_a_model_call_is_on_record_before_it_is_made_and_a_dead_workers_call_cou
     assert "interrupted" in audit
 
 
-def test_a_billed_model_call_is_finished_on_its_started_row(author, settings, monkeypatch):
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    client = client_served_by(
-        lambda request: sse(
-            *stream_events(["79,900 INR"], input_usage={"input_tokens": 80}, output_tokens=4)
-        )
-    )
-    model = AnthropicModel(client, sleep=lambda seconds: None)
-    monkeypatch.setattr(execution, "get_model", lambda: model)
+def test_a_billed_model_call_is_finished_on_its_started_row(author, claude_serves):
+    claude_serves(lambda request: streamed(["79,900 INR"], input_tokens=80, output_tokens=4))
     plan = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
     run = run_create(author=author, goal_text="Price of an iPhone 16", plan_data=plan)
 

@@ -10,6 +10,7 @@ from plans.models import Approval, Goal, LedgerEntry, ModelCall, Run, Step, Tool
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approvals_decide
 from plans.services.runs import run_create
+from tests.llm.anthropic_http import message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,16 +204,8 @@ def test_a_react_goal_is_refused_under_plan_approval_which_it_could_not_honour(a
 
 
 def test_react_through_claude_sends_the_growing_conversation_and_records_billed_usage(
-    author, settings, monkeypatch
+    author, claude_serves
 ):
-    import anthropic
-    import httpx2
-
-    from plans.llm.anthropic_model import AnthropicModel
-    from plans.runtime import advance
-
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
     replies = [
         json.dumps({"tool": "price", "args": {"item": "iPhone 16"}}),
         json.dumps({"answer": "An iPhone 16 costs INR 79900."}),
@@ -221,31 +214,15 @@ def test_react_through_claude_sends_the_growing_conversation_and_records_billed_
 
     def api(request):
         sent.append(json.loads(request.content))
-        body = {
-            "id": "msg_01",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-5-5",
-            "content": [{"type": "text", "text": replies[len(sent) - 1]}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": 40 * len(sent),
-                "output_tokens": 12,
-                "cache_read_input_tokens": 1500,
-                "cache_creation_input_tokens": 0,
-            },
+        usage = {
+            "input_tokens": 40 * len(sent),
+            "output_tokens": 12,
+            "cache_read_input_tokens": 1500,
+            "cache_creation_input_tokens": 0,
         }
-        return httpx2.Response(200, json=body)
+        return message(replies[len(sent) - 1], usage=usage)
 
-    client = anthropic.Anthropic(
-        api_key="test-key",
-        base_url="https://api.example.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(api)),
-    )
-    model = AnthropicModel(client, sleep=lambda s: None)
-    monkeypatch.setattr(advance, "get_model", lambda: model)
+    claude_serves(api)
 
     run = react_run(author, "How much is an iPhone 16?")
 

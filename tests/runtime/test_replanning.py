@@ -1,15 +1,10 @@
 """Bounded replanning after failures, through the real Anthropic SDK on a mock transport."""
 
 import json
-import random
 
-import anthropic
-import httpx2
 import pytest
 
-from plans.llm.anthropic_model import AnthropicModel
 from plans.models import Approval, ModelCall, Run, RunEvent, Step, ToolCall
-from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
@@ -25,112 +20,14 @@ def step(step_id, tool, args, depends_on=()):
     return {"id": step_id, "tool": tool, "args": args, "depends_on": list(depends_on)}
 
 
-class Claude:
-    """API-shaped replies: a plan, then (when told steps failed) the replan, streamed answers."""
-
-    def __init__(self, first_plan, replans):
-        self.first_plan = first_plan
-        self.replans = list(replans)
-        self.purposes = []
-        self.prompts = []
-
-    def __call__(self, request):
-        body = json.loads(request.content)
-        self.prompts.append(body["messages"][-1]["content"])
-        text = body["messages"][-1]["content"]
-        if body.get("stream"):
-            self.purposes.append("answer")
-            return self.streamed("Here is what happened: " + text[-200:])
-        if "Some steps of the plan below failed" in text:
-            self.purposes.append("replan")
-            return self.message(self.replans.pop(0))
-        self.purposes.append("plan")
-        return self.message(self.first_plan)
-
-    def message(self, text):
-        return httpx2.Response(
-            200,
-            json={
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-sonnet-5-5",
-                "content": [{"type": "text", "text": text}],
-                "stop_reason": "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 100, "output_tokens": 50},
-            },
-        )
-
-    def streamed(self, text):
-        events = [
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_2",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "claude-sonnet-5-5",
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 100, "output_tokens": 1},
-                },
-            },
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": text},
-            },
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 30},
-            },
-            {"type": "message_stop"},
-        ]
-        body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-        return httpx2.Response(
-            200, content=body.encode(), headers={"content-type": "text/event-stream"}
-        )
-
-
-@pytest.fixture
-def claude(settings, monkeypatch):
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
-    settings.AGENTSITE_TOOL_MAX_ATTEMPTS = 1
-
-    def install(first_plan, *replans):
-        server = Claude(first_plan, replans)
-        client = anthropic.Anthropic(
-            api_key="test-key",
-            base_url="https://api.example.test",
-            max_retries=0,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
-        )
-        model = AnthropicModel(client, sleep=lambda s: None, rng=random.Random(1))
-        monkeypatch.setattr(execution, "get_model", lambda: model)
-        return server
-
-    return install
-
-
 def run_goal(author, text="Total price of an iPhone 16 and a fallback"):
     run = run_create(author=author, goal_text=text)
     advance_run(run.pk)
     return Run.objects.get(pk=run.pk)
 
 
-def test_a_failure_leads_to_one_replan_that_keeps_unchanged_results(author, claude):
-    server = claude(
+def test_a_failure_leads_to_one_replan_that_keeps_unchanged_results(author, claude_plans):
+    server = claude_plans(
         plan(
             step(1, "price", {"item": "iPhone 16"}),
             step(2, "explode", {"message": "supplier down"}),
@@ -163,14 +60,14 @@ def test_a_failure_leads_to_one_replan_that_keeps_unchanged_results(author, clau
 
 
 def test_a_replan_calls_tools_not_declared_pure_again_and_never_reuses_across_an_effect(
-    author, reviewer, claude, settings
+    author, reviewer, claude_plans, settings
 ):
     from tests import bank_tools
 
     settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools", "tests.bank_tools"]
     bank_tools.reset(A=100, B=0)
     move = {"source": "A", "target": "B", "amount": 30}
-    server = claude(
+    server = claude_plans(
         plan(
             step(1, "now", {}),
             step(2, "double", {"number": 4}),
@@ -197,10 +94,12 @@ def test_a_replan_calls_tools_not_declared_pure_again_and_never_reuses_across_an
     assert v2[3].result == 70
 
 
-def test_replanning_stops_at_the_limit_and_the_answer_says_what_failed(author, claude, settings):
+def test_replanning_stops_at_the_limit_and_the_answer_says_what_failed(
+    author, claude_plans, settings
+):
     settings.AGENTSITE_MAX_REPLANS = 1
     failing = plan(step(1, "explode", {"message": "supplier down"}))
-    server = claude(failing, plan(step(1, "explode", {"message": "still down"})))
+    server = claude_plans(failing, plan(step(1, "explode", {"message": "still down"})))
 
     run = run_goal(author)
 
@@ -212,9 +111,9 @@ def test_replanning_stops_at_the_limit_and_the_answer_says_what_failed(author, c
     assert run.answer.startswith("Here is what happened")
 
 
-def test_a_replan_may_not_propose_a_declined_destructive_call_again(author, reviewer, claude):
+def test_a_replan_may_not_propose_a_declined_destructive_call_again(author, reviewer, claude_plans):
     refund = step(2, "issue_refund", {"order_id": "A-1001", "amount_inr": 2499, "reason": "dmg"})
-    claude(
+    claude_plans(
         plan(step(1, "explode", {"message": "crm down"}), refund),
         plan(step(1, "echo", {"text": "crm back"}), refund),
     )

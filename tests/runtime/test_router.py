@@ -6,14 +6,11 @@ import json
 import pytest
 from django.urls import reverse
 
-from plans.llm.anthropic_model import AnthropicModel
 from plans.llm.prompts import ROUTER_RULE
 from plans.models import ModelCall, Run, RunEvent
-from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
-from tests.llm.anthropic_http import client_served_by
-from tests.runtime.test_schema_bound_plans import message
+from tests.llm.anthropic_http import message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,29 +82,9 @@ def test_with_the_router_off_every_goal_is_planned_and_no_decision_recorded(auth
     assert run.plans.exists()
 
 
-@pytest.fixture
-def claude(settings, monkeypatch):
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    bodies = []
-
-    def install(*replies):
-        queue = list(replies)
-
-        def serve(request):
-            bodies.append(json.loads(request.content))
-            return queue.pop(0)
-
-        model = AnthropicModel(client_served_by(serve), sleep=lambda seconds: None)
-        monkeypatch.setattr(execution, "get_model", lambda: model)
-        return bodies
-
-    return install
-
-
-def test_claudes_direct_answer_ends_the_run_after_its_one_bound_call(author, claude):
+def test_claudes_direct_answer_ends_the_run_after_its_one_bound_call(author, claude_replies):
     reply = {"steps": [], "answer": "Plan-and-execute plans every tool call first."}
-    bodies = claude(message(text=json.dumps(reply)))
+    bodies = claude_replies(message(text=json.dumps(reply)))
 
     run = ran(author, "What is plan-and-execute?")
 
@@ -119,10 +96,12 @@ def test_claudes_direct_answer_ends_the_run_after_its_one_bound_call(author, cla
     assert schema["properties"]["answer"]["type"] == "string"
 
 
-def test_a_direct_answer_from_claude_with_the_router_off_is_not_taken(author, claude, settings):
+def test_a_direct_answer_from_claude_with_the_router_off_is_not_taken(
+    author, claude_replies, settings
+):
     settings.AGENTSITE_ROUTER = False
     reply = {"steps": [], "answer": "Plan-and-execute plans every tool call first."}
-    bodies = claude(message(text=json.dumps(reply)), message(text=json.dumps(reply)))
+    bodies = claude_replies(message(text=json.dumps(reply)), message(text=json.dumps(reply)))
 
     run = ran(author, "What is plan-and-execute?")
 

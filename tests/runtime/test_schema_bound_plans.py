@@ -6,17 +6,15 @@ Through the real Anthropic SDK on a mock transport (tests/llm/anthropic_http.py)
 
 import json
 
-import httpx2
 import pytest
 
 from plans import engine
-from plans.llm.anthropic_model import PLAN_TOOL, AnthropicModel, schema_mode
+from plans.llm.anthropic_model import PLAN_TOOL, schema_mode
 from plans.models import ModelCall, Run
-from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
 from plans.tools import get_registry
-from tests.llm.anthropic_http import client_served_by, sse, stream_events
+from tests.llm.anthropic_http import message, streamed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,49 +22,8 @@ GOAL = "Price of an iPhone 16"
 PLAN = {"steps": [{"id": 1, "tool": "price", "args": {"item": "iPhone 16"}, "depends_on": []}]}
 
 
-def message(*, text=None, content=None, stop_reason="end_turn"):
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-5-5",
-            "content": content if content is not None else [{"type": "text", "text": text}],
-            "stop_reason": stop_reason,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 40, "output_tokens": 30},
-        },
-    )
-
-
 def answer():
-    return sse(
-        *stream_events(
-            ["iPhone 16: INR 79900 [step 1]."], input_usage={"input_tokens": 50}, output_tokens=9
-        )
-    )
-
-
-@pytest.fixture
-def claude(settings, monkeypatch):
-    """Serves the given replies in order to the real SDK; returns the requests' bodies."""
-    settings.AGENTSITE_MODEL_BACKEND = "anthropic"
-    settings.ANTHROPIC_API_KEY = "test-key"
-    bodies = []
-
-    def install(*replies):
-        queue = list(replies)
-
-        def serve(request):
-            bodies.append(json.loads(request.content))
-            return queue.pop(0)
-
-        model = AnthropicModel(client_served_by(serve), sleep=lambda seconds: None)
-        monkeypatch.setattr(execution, "get_model", lambda: model)
-        return bodies
-
-    return install
+    return streamed(["iPhone 16: INR 79900 [step 1]."], input_tokens=50, output_tokens=9)
 
 
 def tools_in(schema):
@@ -77,9 +34,9 @@ def tools_in(schema):
 
 
 def test_the_plan_call_carries_the_plan_schema_and_a_valid_reply_runs_with_no_repair(
-    author, claude
+    author, claude_replies
 ):
-    bodies = claude(message(text=json.dumps(PLAN)), answer())
+    bodies = claude_replies(message(text=json.dumps(PLAN)), answer())
     run = run_create(author=author, goal_text=GOAL)
 
     assert advance_run(run.pk) == "completed"
@@ -98,11 +55,11 @@ def test_the_plan_call_carries_the_plan_schema_and_a_valid_reply_runs_with_no_re
 
 
 def test_a_model_without_structured_outputs_writes_its_plan_into_a_forced_tool(
-    author, claude, settings
+    author, claude_replies, settings
 ):
     settings.AGENTSITE_PLAN_SCHEMA = "tool"
     content = [{"type": "tool_use", "id": "toolu_1", "name": PLAN_TOOL, "input": PLAN}]
-    bodies = claude(message(content=content, stop_reason="tool_use"), answer())
+    bodies = claude_replies(message(content=content, stop_reason="tool_use"), answer())
     run = run_create(author=author, goal_text=GOAL)
 
     assert advance_run(run.pk) == "completed"
@@ -134,9 +91,13 @@ def test_auto_picks_structured_outputs_for_current_models_and_a_tool_for_older_o
     assert schema_mode("claude-sonnet-5-5", mcp) == "tool"
 
 
-def test_a_schema_valid_reply_that_breaks_a_plan_rule_still_gets_the_repair_round(author, claude):
+def test_a_schema_valid_reply_that_breaks_a_plan_rule_still_gets_the_repair_round(
+    author, claude_replies
+):
     dangling = {"steps": [{**PLAN["steps"][0], "depends_on": [9]}]}
-    bodies = claude(message(text=json.dumps(dangling)), message(text=json.dumps(PLAN)), answer())
+    bodies = claude_replies(
+        message(text=json.dumps(dangling)), message(text=json.dumps(PLAN)), answer()
+    )
     run = run_create(author=author, goal_text=GOAL)
 
     assert advance_run(run.pk) == "completed"
@@ -148,9 +109,9 @@ def test_a_schema_valid_reply_that_breaks_a_plan_rule_still_gets_the_repair_roun
     assert repair["system"] == bodies[0]["system"]  # and the same cached prefix
 
 
-def test_with_binding_off_the_plan_call_sends_no_schema(author, claude, settings):
+def test_with_binding_off_the_plan_call_sends_no_schema(author, claude_replies, settings):
     settings.AGENTSITE_PLAN_SCHEMA = "off"
-    bodies = claude(message(text=json.dumps(PLAN)), answer())
+    bodies = claude_replies(message(text=json.dumps(PLAN)), answer())
     run = run_create(author=author, goal_text=GOAL)
 
     assert advance_run(run.pk) == "completed"

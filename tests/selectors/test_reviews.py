@@ -8,37 +8,24 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from plans.journal.rollup import rollup_drift, rollup_rebuild, token_bucket, wait_seconds
 from plans.models import Approval, ReviewWaitRollup
-from plans.runtime.advance import advance_run
 from plans.selectors.reviews import review_report
 from plans.services.approvals import approval_decide, approvals_expire
-from plans.services.runs import run_create
+from tests.reviewing import decider, refund_of_order_total, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REFUND = {
-    "steps": [
-        {"id": 1, "tool": "order_total", "args": {"order_id": "A-1001"}, "depends_on": []},
-        {
-            "id": 2,
-            "tool": "issue_refund",
-            "args": {"order_id": "A-1001", "amount_inr": "{{1}}", "reason": "damaged"},
-            "depends_on": [1],
-        },
-    ]
-}
+REFUND = refund_of_order_total("damaged")
 
 
 def waiting_refund(author, *, asked_ago: timedelta) -> Approval:
-    run = run_create(author=author, goal_text="Refund order A-1001", plan_data=REFUND)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    approval = waiting_approval(author, REFUND, goal="Refund order A-1001")
     Approval.objects.filter(pk=approval.pk).update(requested_at=timezone.now() - asked_ago)
     return Approval.objects.select_related("run__goal__author", "step").get(pk=approval.pk)
 
@@ -50,10 +37,7 @@ def team(reviewer, django_user_model):
         Group.objects.create(name="finance"),
     )
     reviewer.groups.add(reviewers, finance)
-    dave = django_user_model.objects.create_user("dave")
-    dave.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    dave.groups.add(reviewers)
-    return {"bob": reviewer, "dave": django_user_model.objects.get(pk=dave.pk)}
+    return {"bob": reviewer, "dave": decider(django_user_model, "dave", "reviewers")}
 
 
 @pytest.fixture

@@ -4,36 +4,28 @@ audited takeover or once the claim lapses; a claim never holds off expiry."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from plans.models import Approval, RunEvent
-from plans.runtime.advance import advance_run
 from plans.services.approvals import (
     ApprovalRefused,
     approval_claim,
     approval_decide,
     approvals_expire,
 )
-from plans.services.runs import run_create
+from tests.reviewing import decider, refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def waiting(author):
-    args = {"order_id": "A-1001", "amount_inr": 2000, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    run = run_create(author=author, goal_text="refund", plan_data=plan)
-    advance_run(run.pk)
-    return Approval.objects.get(run=run)
+    return waiting_approval(author, refund_plan())
 
 
 @pytest.fixture
 def erin(django_user_model):
-    user = django_user_model.objects.create_user("erin")
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    return django_user_model.objects.get(pk=user.pk)
+    return decider(django_user_model, "erin")
 
 
 def test_a_claim_shows_who_and_since_when(waiting, reviewer):

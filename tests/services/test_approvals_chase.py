@@ -6,18 +6,17 @@ groups; ttl sets the expiry. The sweeps' clock is the test's (approvals_chase(no
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from plans.models import Approval, RunEvent
 from plans.notifications.deliveries import deliveries_for_events
 from plans.notifications.emails import approval_chase_email
 from plans.notifications.models import WebhookEndpoint
-from plans.runtime.advance import advance_run
 from plans.runtime.sweeper import sweep_once
 from plans.selectors.approvals import approvals_queue
 from plans.services.approvals import approval_decide, approvals_chase, approvals_expire
-from plans.services.runs import run_create
+from tests.reviewing import decider, refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,11 +27,7 @@ def chasing_rules(settings):
 
 
 def refund(author):
-    args = {"order_id": "A-1001", "amount_inr": 2000, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    run = run_create(author=author, goal_text="refund", plan_data=plan)
-    advance_run(run.pk)
-    return Approval.objects.get(run=run)
+    return waiting_approval(author, refund_plan())
 
 
 def past(approval, **fields):
@@ -136,10 +131,7 @@ def test_each_reminder_is_an_audit_row_a_webhook_event_and_an_email(author, revi
 
 def test_an_escalation_brings_the_request_to_the_escalation_groups_queue(author, django_user_model):
     approval = refund(author)
-    fiona = django_user_model.objects.create_user("fiona")
-    fiona.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    fiona.groups.add(Group.objects.create(name="finance"))
-    fiona = django_user_model.objects.get(pk=fiona.pk)
+    fiona = decider(django_user_model, "fiona", "finance")
     assert not approvals_queue(fiona, scope="mine").exists()
     past(approval, escalate_at=True)
 

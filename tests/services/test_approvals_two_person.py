@@ -1,45 +1,22 @@
 """Two-person rules: a call a rule says needs n approvals runs only after the n-th distinct
 approval of the same arguments; the author never counts; a reject by anyone is final."""
 
-import threading
-
 import pytest
 from django.contrib.auth.models import Group, Permission
-from django.db import connections
 
 from plans.models import Approval, ApprovalVote, LedgerEntry, Run, RunEvent, Step
-from plans.runtime.advance import advance_run
-from plans.services.approvals import ApprovalRefused, approval_decide, approvals_decide
-from plans.services.runs import run_create
+from plans.services.approvals import ApprovalRefused, approval_decide
+from tests.reviewing import approve_all_at_once, decider, refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PLAN = {
-    "steps": [
-        {
-            "id": 1,
-            "tool": "issue_refund",
-            "args": {"order_id": "A-1002", "amount_inr": 60000, "reason": "returned"},
-            "depends_on": [],
-        }
-    ]
-}
-
-
-def decider(django_user_model, name, *groups):
-    user = django_user_model.objects.create_user(name)
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    for group in groups:
-        user.groups.add(Group.objects.get_or_create(name=group)[0])
-    return django_user_model.objects.get(pk=user.pk)
+PLAN = refund_plan("A-1002", 60000, reason="returned")
 
 
 @pytest.fixture
 def waiting(author, settings):
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
-    run = run_create(author=author, goal_text="Refund A-1002", plan_data=PLAN)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    approval = waiting_approval(author, PLAN, goal="Refund A-1002")
     assert approval.approvals_needed == 2
     return approval
 
@@ -135,24 +112,7 @@ def test_a_decision_on_arguments_other_than_those_seen_is_refused(waiting, revie
 
 def test_concurrent_approvals_count_exactly_once_each(waiting, django_user_model):
     reviewers = [decider(django_user_model, f"r{i}") for i in range(4)]
-    barrier = threading.Barrier(len(reviewers))
-    outcomes = []
-
-    def approve(user):
-        barrier.wait()
-        try:
-            approvals_decide(approvals=[waiting], reviewer=user, approve=True, resume=False)
-            outcomes.append("recorded")
-        except ApprovalRefused as refused:
-            outcomes.append(refused.code)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=approve, args=(user,)) for user in reviewers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = approve_all_at_once(waiting, reviewers)
 
     waiting.refresh_from_db()
     assert waiting.decision == Approval.Decision.APPROVED
@@ -165,17 +125,8 @@ def test_concurrent_approvals_count_exactly_once_each(waiting, django_user_model
 
 def test_a_routed_request_is_decided_only_by_members_of_its_groups(author, reviewer, settings):
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
-    plan = {
-        "steps": [
-            {
-                **PLAN["steps"][0],
-                "args": {**PLAN["steps"][0]["args"], "order_id": "A-1004", "amount_inr": 500},
-            }
-        ]
-    }
-    run = run_create(author=author, goal_text="Refund A-1004", plan_data=plan)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    plan = refund_plan("A-1004", 500, reason="returned")
+    approval = waiting_approval(author, plan, goal="Refund A-1004")
     assert approval.groups == ["finance"]
 
     with pytest.raises(ApprovalRefused) as refused:
@@ -192,9 +143,7 @@ def test_two_from_finance_means_two_members_of_finance(
     author, reviewer, settings, django_user_model
 ):
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.two_of_finance"]
-    run = run_create(author=author, goal_text="Refund A-1002", plan_data=PLAN)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    approval = waiting_approval(author, PLAN, goal="Refund A-1002")
 
     with pytest.raises(ApprovalRefused) as refused:
         approval_decide(approval=approval, reviewer=reviewer, approve=True)

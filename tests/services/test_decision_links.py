@@ -11,7 +11,6 @@ from django.core import signing
 from django.db import close_old_connections
 
 from plans.models import Approval, DecisionLinkUse, Run, RunEvent
-from plans.runtime.advance import advance_run
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.decision_links import (
     LinkRefused,
@@ -20,35 +19,21 @@ from plans.services.decision_links import (
     decision_link_read,
     decision_link_token,
 )
-from plans.services.runs import run_create
+from tests.reviewing import decider, refund_of_order_total, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REFUND = {
-    "steps": [
-        {"id": 1, "tool": "order_total", "args": {"order_id": "A-1001"}, "depends_on": []},
-        {
-            "id": 2,
-            "tool": "issue_refund",
-            "args": {"order_id": "A-1001", "amount_inr": "{{1}}", "reason": "damaged item"},
-            "depends_on": [1],
-        },
-    ]
-}
+REFUND = refund_of_order_total("damaged item")
 
 
 @pytest.fixture
 def waiting(author):
-    run = run_create(author=author, goal_text="Refund order A-1001", plan_data=REFUND)
-    advance_run(run.pk)
-    return Approval.objects.get(run=run)
+    return waiting_approval(author, REFUND, goal="Refund order A-1001")
 
 
 @pytest.fixture
 def second_reviewer(django_user_model):
-    user = django_user_model.objects.create_user("dave", password="dave-pass-123")
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    return django_user_model.objects.get(pk=user.pk)
+    return decider(django_user_model, "dave", password="dave-pass-123")
 
 
 def link_for(approval, reviewer, choice="approve"):

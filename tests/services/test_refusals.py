@@ -1,7 +1,7 @@
 """Refusals carry a code that names the rule; each edge maps codes to statuses in one table."""
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 
 from plans.api.errors import REFUSALS, refusal_error
 from plans.api.tokens import scoped_user
@@ -14,6 +14,7 @@ from plans.services.plans import plan_decide, plan_decide_seen
 from plans.services.refusals import Refused, text_clean
 from plans.services.runs import GoalRejected, run_create
 from plans.views.refusals import refusal_status
+from tests.reviewing import decider
 from tests.services.test_approvals import REFUND_PLAN, start_refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,16 +26,10 @@ def refusal(call) -> Refused:
     return raised.value
 
 
-def a_reviewer(django_user_model, name: str):
-    user = django_user_model.objects.create_user(name)
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    return django_user_model.objects.get(pk=user.pk)
-
-
 def test_each_refused_decision_names_its_rule(author, reviewer, outsider, django_user_model):
     run = start_refund(author)
     approval = Approval.objects.get(run=run)
-    own = a_reviewer(django_user_model, "dana")
+    own = decider(django_user_model, "dana")
     own_run = start_refund(own)
 
     assert refusal(

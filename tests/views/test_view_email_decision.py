@@ -4,35 +4,22 @@ POST decides; refusals (used, stale, decided, someone else's, bad) are pages tha
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from plans.models import Approval, DecisionLinkUse
-from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.decision_links import decision_link_token
-from plans.services.runs import run_create
+from tests.reviewing import decider, refund_of_order_total, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REFUND = {
-    "steps": [
-        {"id": 1, "tool": "order_total", "args": {"order_id": "A-1001"}, "depends_on": []},
-        {
-            "id": 2,
-            "tool": "issue_refund",
-            "args": {"order_id": "A-1001", "amount_inr": "{{1}}", "reason": "<b>damaged</b>"},
-            "depends_on": [1],
-        },
-    ]
-}
+REFUND = refund_of_order_total("<b>damaged</b>")
 
 
 @pytest.fixture
 def waiting(author):
-    run = run_create(author=author, goal_text="Refund <i>A-1001</i>", plan_data=REFUND)
-    advance_run(run.pk)
-    return Approval.objects.select_related("step").get(run=run)
+    approval = waiting_approval(author, REFUND, goal="Refund <i>A-1001</i>")
+    return Approval.objects.select_related("step").get(pk=approval.pk)
 
 
 def url(approval, reviewer, choice="approve"):
@@ -66,9 +53,7 @@ def test_the_page_shows_the_rule_that_required_the_request_and_who_may_decide_it
 
     settings.AGENTSITE_APPROVAL_RULE_MODULES = ["tests.rule_modules.two_of_finance"]
     reviewer.groups.add(Group.objects.create(name="finance"))
-    run = run_create(author=author, goal_text="Refund A-1001", plan_data=REFUND)
-    advance_run(run.pk)
-    approval = Approval.objects.get(run=run)
+    approval = waiting_approval(author, REFUND, goal="Refund A-1001")
     client.force_login(reviewer)
 
     page = client.get(url(approval, reviewer)).content.decode()
@@ -120,8 +105,7 @@ def test_a_reject_without_a_reason_shows_the_page_again_with_the_error(client, w
 def test_someone_else_signed_in_gets_a_refusal_without_the_arguments(
     client, waiting, reviewer, django_user_model
 ):
-    other = django_user_model.objects.create_user("dave", password="dave-pass-123")
-    other.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    other = decider(django_user_model, "dave", password="dave-pass-123")
     client.force_login(other)
     link = url(waiting, reviewer)
 
@@ -156,11 +140,7 @@ def test_stale_decided_and_bad_links_say_so(client, waiting, reviewer, django_us
     assert "The arguments changed since this e-mail was sent" in stale.content.decode()
 
     fresh = Approval.objects.get(pk=waiting.pk)
-    other = django_user_model.objects.create_user("dave")
-    other.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    approval_decide(
-        approval=fresh, reviewer=django_user_model.objects.get(pk=other.pk), approve=True
-    )
+    approval_decide(approval=fresh, reviewer=decider(django_user_model, "dave"), approve=True)
     decided = client.get(url(fresh, reviewer))
     assert decided.status_code == 410
     assert "already approved by dave" in decided.content.decode()

@@ -4,13 +4,13 @@ routed requests read-only for others, and a decision bound to the arguments the 
 import re
 
 import pytest
-from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
 from plans.models import Approval, ApprovalVote, Run
 from plans.runtime.advance import advance_run
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
+from tests.reviewing import decider, refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,27 +23,9 @@ def demo_rules(settings):
 
 
 def refund(author, order_id, amount):
-    plan = {
-        "steps": [
-            {
-                "id": 1,
-                "tool": "issue_refund",
-                "args": {"order_id": order_id, "amount_inr": amount, "reason": "returned"},
-                "depends_on": [],
-            }
-        ]
-    }
-    run = run_create(author=author, goal_text=f"Refund {order_id}", plan_data=plan)
-    advance_run(run.pk)
-    return Run.objects.get(pk=run.pk), Approval.objects.filter(run=run).first()
-
-
-def decider(django_user_model, name, *groups):
-    user = django_user_model.objects.create_user(name)
-    user.user_permissions.add(Permission.objects.get(codename="decide_approval"))
-    for group in groups:
-        user.groups.add(Group.objects.get_or_create(name=group)[0])
-    return django_user_model.objects.get(pk=user.pk)
+    plan = refund_plan(order_id, amount, reason="returned")
+    approval = waiting_approval(author, plan, goal=f"Refund {order_id}")
+    return Run.objects.get(pk=approval.run_id), approval
 
 
 def post(client, approval, decision, *, seen, headers=HTMX, **extra):

@@ -5,16 +5,13 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from plans.demo import approval_rules as demo
-from plans.runtime.advance import advance_run
-from plans.services.runs import run_create
+from tests.reviewing import refund_plan, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def refund(author, order_id, amount):
-    args = {"order_id": order_id, "amount_inr": amount, "reason": "r"}
-    plan = {"steps": [{"id": 1, "tool": "issue_refund", "args": args, "depends_on": []}]}
-    advance_run(run_create(author=author, goal_text="refund", plan_data=plan).pk)
+    waiting_approval(author, refund_plan(order_id, amount))
 
 
 def test_it_lists_the_rules_in_order_with_their_match_counts(client, author, reviewer, settings):
