@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 
 from plans.models import Approval, Plan, Step
+from plans.selectors.runs import AWAITING_ANSWER
 from plans.ui import graphs
 from plans.ui.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT
@@ -89,7 +90,18 @@ def test_nodes_are_filled_with_the_colour_of_their_status():
 
     shape = node(root, 3).find("svg:path", NS)
     assert shape.get("fill") == STATUS_COLOURS["failed"]
-    assert set(STATUS_COLOURS) == set(Step.Status.values)
+    # Every status has its colour, and a question's wait one of its own.
+    assert set(STATUS_COLOURS) == {*Step.Status.values, AWAITING_ANSWER}
+
+
+def test_a_question_waiting_for_its_answer_has_its_own_colour_and_says_so_in_its_tooltip():
+    asks = step(1, "ask_human", {"question": "Which colour?"}, status="awaiting_approval")
+    root = parse(plan_svg(Plan(pk=1), [asks]))
+
+    assert node(root, 1).get("class") == "node step status-awaiting_answer"
+    assert node(root, 1).find(".//svg:path", NS).get("fill") == STATUS_COLOURS[AWAITING_ANSWER]
+    title = node(root, 1).find("svg:g/svg:g/svg:title", NS)
+    assert title.text == "Waiting for an answer: Which colour?"
 
 
 def test_each_dependency_is_an_edge_from_the_dependency_to_its_dependant():
