@@ -3,9 +3,9 @@
 One run of a 2-step plan (bench_report: 500 rows, about 205,000 chars of JSON; then a 0 ms
 step) on the offline model, first with AGENTSITE_PROMPT_RESULT_MAX_CHARS past any result (the
 whole result in the prompt, as before), then with the default limit (an extract by reference).
-Prints the answer call's recorded tokens and its input's cost at the answer model's prices, the
-replan prompt's and a ReAct turn's prompt tokens for the same outcomes. The offline model counts four characters a
-token, as the budget estimate does.
+Prints the answer call's recorded tokens and its input's cost at the answer model's prices, and
+the replan prompt's and a ReAct turn's tokens for the same outcomes. The offline model counts
+four characters a token, as the budget estimate does.
 
     .venv/bin/python benchmarks/held_results.py
 """
