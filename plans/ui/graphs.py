@@ -255,8 +255,10 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
         return f'<FONT COLOR="#475467">destructive: {html.escape(status_words(step.status))}</FONT>'
     if decision.decided_by_rule:
         who = f"rule {decision.rule}"
-    else:
-        who = decision.reviewer.get_username() if decision.reviewer is not None else "the system"
+    elif decision.reviewer is not None:
+        who = decision.reviewer.get_username()
+    else:  # no person on record: say where it was decided ("the command line", "the time limit")
+        who = f"the {decision.get_via_display()}" if decision.via else "the system"
     who = html.escape(_shorten(_visible(shown_text(who)), 48 if decision.decided_by_rule else 30))
     if decision.decision == Approval.Decision.APPROVED:
         edited = " with edits" if decision.args != decision.requested_args else ""

@@ -66,6 +66,13 @@ def test_a_run_waiting_for_an_answer_says_so_on_the_runs_list_and_in_the_graph(
     )
     expect(legend).to_have_text("waiting for an answer")
     screenshot(author, "graph_waiting_for_an_answer", full_page=False)
+    # The goal and its callout are not squeezed beside the header's buttons, and the totals
+    # stay on one row whatever figures the run has.
+    assert author.locator(".run-title").bounding_box()["width"] > 500
+    tops = {
+        round(figure.bounding_box()["y"]) for figure in author.locator("#run-totals > div").all()
+    }
+    assert len(tops) == 1, tops
 
     author.goto(f"{daphne_server}/runs/{both}/")
     expect(author.locator("#run-status")).to_have_text("awaiting approval and an answer")

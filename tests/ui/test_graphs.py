@@ -292,13 +292,14 @@ def test_entities_declared_in_a_document_type_are_never_expanded():
         svg_sanitise(inside)
 
 
-def approval(decision, *, reviewer="rita", args=None, requested=None):
+def approval(decision, *, reviewer="rita", args=None, requested=None, via=""):
     requested = {"order_id": "A-1001", "amount_inr": 2499} if requested is None else requested
     return Approval(
         decision=decision,
         reviewer=User(username=reviewer) if reviewer else None,
         requested_args=requested,
         args=requested if args is None else args,
+        via=via,
     )
 
 
@@ -320,6 +321,12 @@ def refund_steps(status):
             "\u2713 approved with edits by rita",
         ),
         ("blocked", approval("rejected"), "\u2717 rejected by rita"),
+        # run_goal --approve-all: no person, and not "the system" either.
+        (
+            "succeeded",
+            approval("approved", reviewer=None, via="cli"),
+            "\u2713 approved by the command line",
+        ),
         ("blocked", approval("expired", reviewer=None), "\u2717 expired: not decided in time"),
         ("skipped", None, "destructive: skipped"),
     ],
