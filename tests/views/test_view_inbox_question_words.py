@@ -1,5 +1,5 @@
-"""A question card in the inbox says how long it has waited as the approval cards do: "asked
-just now" at first, never "waiting 0 minutes"."""
+"""The inbox words a question as one: it waits for an answer, not a decision, and its card says
+how long it has waited as the approval cards do ("asked just now", never "waiting 0 minutes")."""
 
 import re
 from datetime import timedelta
@@ -39,3 +39,12 @@ def test_a_question_card_says_how_long_it_has_waited(client, author):
 
     assert "asked just now" in fresh and "0 minutes" not in fresh
     assert "waiting 5 minutes" in later
+
+
+def test_the_queue_says_questions_wait_for_an_answer(client, reviewer):
+    client.force_login(reviewer)
+    page = client.get(reverse("plans:inbox")).content.decode()
+
+    lede = page[page.index('class="lede"') :].split("</p>")[0]
+    assert "questions waiting for an answer" in lede
+    assert "questions waiting for a decision" not in lede
