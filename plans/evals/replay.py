@@ -98,6 +98,12 @@ class ReplayStep:
     error: str = ""
     depends_on: list[int] = field(default_factory=list)
 
+    @property
+    def shown_args(self) -> Any:
+        """The arguments as called, or as planned when they could not be resolved (as the
+        original's steps are read): an unresolved step is not a changed one."""
+        return self.resolved_args if self.resolved_args is not None else self.args
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -143,7 +149,7 @@ class Replay:
                 change = ADDED
             elif after is None:
                 change = REMOVED
-            elif before["tool"] != after.tool or before["resolved_args"] != after.resolved_args:
+            elif before["tool"] != after.tool or before["resolved_args"] != after.shown_args:
                 change = CHANGED
             else:
                 change = UNCHANGED
@@ -157,7 +163,7 @@ class Replay:
                         else None
                     ),
                     "replay": (
-                        {"tool": after.tool, "args": after.resolved_args, "status": after.status}
+                        {"tool": after.tool, "args": after.shown_args, "status": after.status}
                         if after
                         else None
                     ),

@@ -26,6 +26,7 @@ def test_an_operator_replays_a_run_and_sees_the_unrecorded_refund(sign_in, scree
     expect(form.get_by_label("Model")).to_have_value("offline")  # the configured model
     form.get_by_label("Model").select_option("offline")
     expect(form.get_by_label("Prompts")).to_contain_text("this checkout's")
+    screenshot(operator, "replay_form", full_page=False)
     form.get_by_role("button", name="Replay", exact=True).click()
 
     expect(operator).to_have_url(re.compile(r"/replays/\d+/$"))

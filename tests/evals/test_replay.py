@@ -112,6 +112,10 @@ def test_a_step_the_original_never_called_is_not_recorded(author, reviewer, monk
     assert steps["issue_refund"]["status"] == NOT_RECORDED
     assert steps["issue_refund"]["resolved_args"]["order_id"] == "A-1001"
     assert steps["send_email"]["status"] == "unresolved"  # it needs the refund's result
+    # The same plan step, unresolved in both: not a change, and shown with its placeholders.
+    email = next(row for row in replay["diff"]["plan"] if row["step"] == 3)
+    assert email["change"] == "unchanged"
+    assert "{{2.reference}}" in email["replay"]["args"]["body"]
     not_recorded = replay["diff"]["calls"]["not_recorded"]
     assert [c["tool"] for c in not_recorded] == ["issue_refund"]
     assert replay["diff"]["calls"]["only_replay"][0]["tool"] == "issue_refund"
