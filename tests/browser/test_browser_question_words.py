@@ -2,11 +2,12 @@
 "awaiting approval": the runs list, the plan graph's legend and the question's node. A run that
 waits for both a reviewer and an answer says both."""
 
-import json
 import re
 
 import pytest
 from playwright.sync_api import expect
+
+from tests.browser.test_browser_truthful_graph import run_goal
 
 pytestmark = pytest.mark.browser
 
@@ -24,18 +25,11 @@ REFUND = {
 }
 
 
-def run_plan(manage, path, goal, steps):
-    path.write_text(json.dumps({"steps": steps}), encoding="utf-8")
-    made = manage("run_goal", goal, "--plan-file", str(path), "--author", "author", "--json")
-    assert made.stdout.strip(), made.stderr
-    return json.loads(made.stdout)["run_id"]
-
-
 def test_a_run_waiting_for_an_answer_says_so_on_the_runs_list_and_in_the_graph(
     sign_in, manage, daphne_server, tmp_path, screenshot
 ):
-    asks = run_plan(manage, tmp_path / "asks.json", "Ask the colour", [QUESTION])
-    both = run_plan(manage, tmp_path / "both.json", "Ask and refund", [QUESTION, REFUND])
+    asks = run_goal(manage, tmp_path / "asks.json", "Ask the colour", [QUESTION])
+    both = run_goal(manage, tmp_path / "both.json", "Ask and refund", [QUESTION, REFUND])
 
     author = sign_in("author")
     author.goto(f"{daphne_server}/runs/")
