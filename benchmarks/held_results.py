@@ -3,9 +3,9 @@
 One run of a 2-step plan (bench_report: 500 rows, about 205,000 chars of JSON; then a 0 ms
 step) on the offline model, first with AGENTSITE_PROMPT_RESULT_MAX_CHARS past any result (the
 whole result in the prompt, as before), then with the default limit (an extract by reference).
-Prints the answer call's recorded tokens and its input's cost at the answer model's prices, the
-replan prompt's tokens for the same outcomes. The offline model counts four characters a
-token, as the budget estimate does.
+Prints the answer call's recorded tokens and its input's cost at the answer model's prices, and
+the replan prompt's and a ReAct turn's tokens for the same outcomes. The offline model counts
+four characters a token, as the budget estimate does.
 
     .venv/bin/python benchmarks/held_results.py
 """
@@ -36,7 +36,7 @@ def measure(limit: int | None) -> dict[str, object]:
 
     from plans.llm import Usage, model_for
     from plans.llm.pricing import cost_usd, prices_for
-    from plans.llm.prompts import replan_request
+    from plans.llm.prompts import react_request, replan_request
     from plans.models import ModelCall, Run
     from plans.runtime.advance import advance_run, step_outcomes
     from plans.runtime.planning import held_limits
@@ -61,6 +61,14 @@ def measure(limit: int | None) -> dict[str, object]:
             outcomes=step_outcomes(steps, version=plan_row.version),
             held=held_limits(),
         )
+        # A ReAct turn after the same two calls (the loop builds its prompt from the same rows).
+        react = react_request(
+            goal=run.goal.text,
+            catalog=[],
+            actions=step_outcomes(steps, version=plan_row.version),
+            model=model_for("act"),
+            held=held_limits(),
+        )
     return {
         "limit": limit,
         "result_chars": len(json.dumps(steps[1].result, ensure_ascii=False)),
@@ -80,6 +88,7 @@ def measure(limit: int | None) -> dict[str, object]:
         ),
         "answer_output_tokens": answer.output_tokens,
         "replan_prompt_tokens": replan.estimated_input_tokens(),
+        "react_turn_prompt_tokens": react.estimated_input_tokens(),
     }
 
 
@@ -103,7 +112,7 @@ def main() -> int:
         before, after = measure(10**9), measure(None)
     print(f"{'':28}{'whole (before)':>16}{'by reference':>16}{'ratio':>8}")
     keys = ("result_chars", "model_calls", "answer_input_tokens", "answer_output_tokens")
-    for key in (*keys, "replan_prompt_tokens"):
+    for key in (*keys, "replan_prompt_tokens", "react_turn_prompt_tokens"):
         ratio = f"{after[key] / before[key]:.3f}" if before[key] else "-"  # type: ignore[operator]
         print(f"{key:28}{before[key]:>16,}{after[key]:>16,}{ratio:>8}")
     cost = "answer_input_cost_usd"

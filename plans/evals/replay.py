@@ -22,8 +22,13 @@ from django.utils import timezone
 
 from plans import engine
 from plans.engine.plan_diff import ADDED, REMOVED, UNCHANGED, plan_diff
-from plans.evals.runner import experiment_summarise, prompt_version, run_model_usage
-from plans.llm import Completion, ModelError, Usage, get_model, model_for
+from plans.evals.runner import (
+    experiment_summarise,
+    model_problem,
+    prompt_version,
+    run_model_usage,
+)
+from plans.llm import Completion, ModelError, Usage, get_model, model_for, model_named
 from plans.llm.pricing import cost_usd, prices_for
 from plans.llm.prompts import answer_request, planner_request, repair_request
 from plans.models import EvalResult, Experiment, Goal, Run, RunReplay, Step, ToolCall
@@ -31,6 +36,8 @@ from plans.runtime.planning import direct_answer, plan_from_completion, prompt_c
 from plans.tools import get_registry
 
 RECORDED = "recorded"
+# The prompt version that means "this checkout's", whatever it hashes to.
+CURRENT_PROMPTS = "current"
 NOT_RECORDED = "not recorded"
 UNRESOLVED = "unresolved"
 NOT_RECORDED_ERROR = (
@@ -39,7 +46,12 @@ NOT_RECORDED_ERROR = (
 
 
 class ReplayError(Exception):
-    """The replay cannot be made as asked (wrong prompt version, unknown run, model failed)."""
+    """The replay cannot be made as asked; code says why (each edge maps it once): "agent" (not
+    a plan-and-execute run), "prompt_version", "model" (unknown or unusable), "model_failed"."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,12 @@ class ReplayStep:
     error: str = ""
     depends_on: list[int] = field(default_factory=list)
 
+    @property
+    def shown_args(self) -> Any:
+        """The arguments as called, or as planned when they could not be resolved (as the
+        original's steps are read): an unresolved step is not a changed one."""
+        return self.resolved_args if self.resolved_args is not None else self.args
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -121,7 +139,8 @@ class Replay:
     def diff(self) -> dict[str, Any]:
         """Plan, arguments, answer, calls, tokens and cost: the original's against the replay's."""
         old = self.original
-        # Compared on their resolved arguments: the calls each would make.
+        # Compared on their resolved arguments (a step the replay could not resolve, on its
+        # planned ones, as the original's are read): the calls each would make.
         status = {s.id: s.status for s in self.steps}
         plan = [
             {
@@ -138,7 +157,7 @@ class Replay:
             }
             for c in plan_diff(
                 [_Called(s["id"], s["tool"], s["resolved_args"]) for s in old["steps"]],
-                [_Called(s.id, s.tool, s.resolved_args) for s in self.steps],
+                [_Called(s.id, s.tool, s.shown_args) for s in self.steps],
             )
         ]
         old_calls = {_call_key(c["tool"], c["args"]): c for c in old["calls"]}
@@ -241,33 +260,44 @@ def run_original(run: Run) -> dict[str, Any]:
     }
 
 
-def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
-    """Re-plan and re-answer the run on the configured model; its tools are served as recorded.
+def run_replay(*, run: Run, wanted_prompt_version: str, model: str | None = None) -> Replay:
+    """Re-plan and re-answer the run on a model; its tools are served as recorded.
 
-    The model is the configured one (evals.runner.model_settings selects it); the prompt version
-    must be the one this code's prompts hash to, as a replay cannot run prompts it does not have.
+    model: "offline" or a Claude model with prices (models_known), for every call of the
+    replay; None for the configured models. The prompt version must be the one this code's
+    prompts hash to, as a replay cannot run prompts it does not have.
     """
     if run.goal.agent != Goal.Agent.PLAN_EXECUTE:
         raise ReplayError(
             f"run {run.pk} was run by the {run.goal.agent} agent; replay re-plans "
-            "plan-and-execute runs only"
+            "plan-and-execute runs only",
+            code="agent",
         )
     current = prompt_version()
-    if wanted_prompt_version not in ("current", current):
+    if wanted_prompt_version not in (CURRENT_PROMPTS, current):
         raise ReplayError(
             f"prompt version {wanted_prompt_version!r} is not available here: this checkout's "
-            f"prompts are version {current} (pass it, or 'current'); check out the code of "
-            "another version to replay on it"
+            f"prompts are version {current} (pass it, or {CURRENT_PROMPTS!r}); check out the "
+            "code of another version to replay on it",
+            code="prompt_version",
         )
+    if model is not None and (problem := model_problem(model)):
+        raise ReplayError(problem, code="model")
+    plan_model = model or model_for("plan")
+    answer_model = model or model_for("answer")
     tools = RecordedTools(run)
-    chat = get_model()
+    # Chosen per replay, not through settings: a replay made in a web request must not change
+    # the model of the runs the same process is advancing.
+    chat = model_named(model) if model is not None else get_model()
     calls: list[tuple[Completion, str]] = []
 
     def call(request: Any) -> Completion:
         try:
             completion = chat.complete(request)
         except ModelError as error:
-            raise ReplayError(f"the {request.purpose} call failed: {error}") from error
+            raise ReplayError(
+                f"the {request.purpose} call failed: {error}", code="model_failed"
+            ) from error
         calls.append((completion, request.model))
         return completion
 
@@ -278,7 +308,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
         goal=run.goal.text,
         catalog=prompt_catalog(registry),
         max_steps=max_steps,
-        model=model_for("plan"),
+        model=plan_model,
         reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
         router=router,
     )
@@ -308,7 +338,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
                 }
                 for s in steps
             ],
-            model=model_for("answer"),
+            model=answer_model,
         )
         answer = call(answer_call).text
     elif declined:
@@ -316,7 +346,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str) -> Replay:
     usage = sum((c.usage for c, _ in calls), Usage())
     return Replay(
         run_id=run.pk,
-        model=model_for("plan"),
+        model=plan_model,
         prompt_version=current,
         route=route,
         plan_problems=[] if declined else problems,
@@ -524,7 +554,7 @@ def experiment_from_runs(
     for run in runs:
         case_started = time.perf_counter()
         try:
-            replay = run_replay(run=run, wanted_prompt_version="current")
+            replay = run_replay(run=run, wanted_prompt_version=CURRENT_PROMPTS)
         except ReplayError as error:
             result = EvalResult.objects.create(
                 experiment=experiment,

@@ -264,18 +264,40 @@ def _rate(results: list[EvalResult]) -> Rate:
     return wilson_interval(sum(r.passed for r in results), len(results))
 
 
+def models_known() -> list[str]:
+    """The models a run can be evaluated or replayed on: offline, then every model with prices
+    in AGENTSITE_MODEL_PRICES (Claude's need ANTHROPIC_API_KEY)."""
+    return [OFFLINE, *sorted(name for name in settings.AGENTSITE_MODEL_PRICES if name != OFFLINE)]
+
+
+def model_problem(model: str) -> str:
+    """Why a run cannot be evaluated or replayed on this model, naming it ("" if it can)."""
+    if model == OFFLINE:
+        return ""
+    if model not in settings.AGENTSITE_MODEL_PRICES:
+        return (
+            f"model {model!r} is not known: it has no prices in AGENTSITE_MODEL_PRICES "
+            f"(known: {', '.join(models_known())})"
+        )
+    if not settings.ANTHROPIC_API_KEY:
+        return f"model {model!r} needs ANTHROPIC_API_KEY, which is not set; use {OFFLINE}"
+    return ""
+
+
 def model_settings(model: str) -> AbstractContextManager[Any]:
-    """Settings that make every model call use the model asked for; ValueError if it cannot be."""
+    """Settings that make every model call use the model asked for; ValueError if it cannot be.
+
+    Process-wide (override_settings): for commands, never inside a web request.
+    """
+    problem = model_problem(model)
+    if problem:
+        raise ValueError(problem)
     if model == OFFLINE:
         # The shared call-rate limit protects a provider's quota; the offline model has none,
         # and waiting for it would only make the wall times meaningless.
         return override_settings(
             AGENTSITE_MODEL_BACKEND=OFFLINE, AGENTSITE_MODEL_CALLS_PER_MINUTE=0
         )
-    if not settings.ANTHROPIC_API_KEY:
-        raise ValueError(f"--model {model} needs ANTHROPIC_API_KEY; use --model offline")
-    if model not in settings.AGENTSITE_MODEL_PRICES:
-        raise ValueError(f"--model {model} has no prices in AGENTSITE_MODEL_PRICES")
     return override_settings(
         AGENTSITE_MODEL_BACKEND="anthropic",
         AGENTSITE_PLANNER_MODEL=model,

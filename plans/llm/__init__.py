@@ -25,15 +25,17 @@ __all__ = [
     "Usage",
     "get_model",
     "model_for",
+    "model_named",
     "plan_schema_setting",
 ]
 
 BACKENDS = ("anthropic", "offline")
 
 
-def get_model() -> ChatModel:
-    """The model settings.AGENTSITE_MODEL_BACKEND names: "anthropic" or "offline"."""
-    backend = settings.AGENTSITE_MODEL_BACKEND
+def get_model(backend: str | None = None) -> ChatModel:
+    """The model of a backend, "anthropic" or "offline" (settings.AGENTSITE_MODEL_BACKEND's by
+    default)."""
+    backend = backend or settings.AGENTSITE_MODEL_BACKEND
     if backend == "offline":
         return OfflineModel(latency_ms=settings.AGENTSITE_OFFLINE_LATENCY_MS)
     if backend == "anthropic":
@@ -50,6 +52,11 @@ def get_model() -> ChatModel:
     raise ImproperlyConfigured(
         f"AGENTSITE_MODEL_BACKEND is {backend!r}; it must be one of: {', '.join(BACKENDS)}."
     )
+
+
+def model_named(name: str) -> ChatModel:
+    """The backend that serves a model name: the offline model for "offline", else Claude."""
+    return get_model("offline" if name == OfflineModel.name else "anthropic")
 
 
 def model_for(purpose: str) -> str:

@@ -101,11 +101,13 @@ def react_request(
     actions: list[dict],
     model: str,
     final: bool = False,
+    held: HeldLimits | None = None,
 ) -> ModelRequest:
     """One ReAct turn: the goal, then each action taken and its observation, as data.
 
-    actions hold each call's id, tool, args, status, result and error; the prompt grows with
-    every observation, which is the cost the ReAct loop pays for seeing them.
+    actions hold each call's id, ref, tool, args, status, result and error; the prompt grows
+    with every observation, which is the cost the ReAct loop pays for seeing them (held: an
+    observation over its limit is an extract by reference, as in the answer prompt).
     """
     messages: list[dict] = [
         {
@@ -120,9 +122,8 @@ def react_request(
         call = {"tool": action.get("tool"), "args": action.get("args")}
         messages.append({"role": "assistant", "content": _DATA_JSON.encode(call)})
         status = str(action.get("status", ""))
-        result = action.get("result")
-        shown = result if status == "succeeded" or not action.get("error") else action["error"]
-        observation = delimit("tool_result", data_text(shown), call=action.get("id"), status=status)
+        text = _result_text(action, held)
+        observation = delimit("tool_result", text, call=action.get("id"), status=status)
         messages.append({"role": "user", "content": f"Observation:\n{observation}"})
     if final:
         messages[-1] = {
@@ -388,6 +389,19 @@ def _outcome_text(outcome: Mapping[str, Any], depends_on: list, held: HeldLimits
         header += f", result from {outcome['reused_from']} (not called again)"
     if depends_on:
         header += f", depends on {', '.join(str(dep) for dep in depends_on)}"
+    return "\n".join(
+        [
+            header,
+            delimit("tool_args", data_text(outcome.get("args", {})), step=step_id),
+            delimit("tool_result", _result_text(outcome, held), step=step_id),
+        ]
+    )
+
+
+def _result_text(outcome: Mapping[str, Any], held: HeldLimits | None) -> str:
+    """A step's (or ReAct call's) outcome as prompt text: its result, or its error if it did not
+    succeed; a result over held.max_chars is an extract by its reference (outcome["ref"])."""
+    status = str(outcome.get("status", ""))
     error = outcome.get("error")
     result = outcome.get("result")
     # A failed, skipped or blocked step's text is its error; a BLOCKED notice may come as a result.
@@ -396,15 +410,9 @@ def _outcome_text(outcome: Mapping[str, Any], depends_on: list, held: HeldLimits
     ref = outcome.get("ref")
     if held is not None and ref and status == "succeeded" and len(text) > held.max_chars:
         text = result_extract(
-            shown, text=text, step_id=step_id, ref=str(ref), head_chars=held.head_chars
+            shown, text=text, step_id=outcome.get("id"), ref=str(ref), head_chars=held.head_chars
         )
-    return "\n".join(
-        [
-            header,
-            delimit("tool_args", data_text(outcome.get("args", {})), step=step_id),
-            delimit("tool_result", text, step=step_id),
-        ]
-    )
+    return text
 
 
 def data_text(value: Any) -> str:

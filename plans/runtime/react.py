@@ -20,7 +20,13 @@ from plans.llm import model_for
 from plans.llm.prompts import react_request
 from plans.models import Run, Step
 from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
-from plans.runtime.planning import plan_step_add, plan_steps, prompt_catalog
+from plans.runtime.planning import (
+    any_held,
+    held_limits,
+    plan_step_add,
+    plan_steps,
+    prompt_catalog,
+)
 from plans.runtime.steps import StepsExecution
 from plans.selectors.plans import plan_current
 from plans.services.plans import plan_store
@@ -40,8 +46,7 @@ class ReactLoop:
         self.advancer = advancer
         self.run = advancer.run
         self.recorder = advancer.recorder
-        # ReAct observations are never held by reference: no result_slice.
-        self.catalog = prompt_catalog(advancer.registry)
+        self._catalogs: dict[bool, list[dict[str, Any]]] = {}
 
     def advance(self) -> str:
         advancer, run = self.advancer, self.run
@@ -66,12 +71,16 @@ class ReactLoop:
             if advancer.cancel_known:
                 return advancer.finish(Run.Status.CANCELLED)
             final = len(steps) >= cap
+            # Each call's outcome with its reference: a large observation goes into the prompt
+            # as an extract that result_slice reads on from, as in the answer prompt.
+            actions = step_outcomes(steps, version=plan_row.version)
             request = react_request(
                 goal=run.goal.text,
-                catalog=self.catalog,
-                actions=step_outcomes(steps),
+                catalog=self._catalog(held=any_held(actions)),
+                actions=actions,
                 model=model_for("act"),
                 final=final,
+                held=held_limits(),
             )
             completion = advancer.call_model(request)
             if completion is None:
@@ -92,6 +101,12 @@ class ReactLoop:
                 lease=advancer.lease,
                 error=problem,
             )
+
+    def _catalog(self, *, held: bool) -> list[dict[str, Any]]:
+        """The tools offered: result_slice only once an observation is held by reference."""
+        if held not in self._catalogs:
+            self._catalogs[held] = prompt_catalog(self.advancer.registry, held=held)
+        return self._catalogs[held]
 
     def _answer(self, text: str, steps: dict[int, Step]) -> str:
         advancer = self.advancer

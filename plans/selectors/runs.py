@@ -368,11 +368,35 @@ def start_of_day(day: date) -> datetime:
 AWAITING_ANSWER = "awaiting_answer"
 
 
+# A run parked on a reviewer's decision and a person's answer at once.
+AWAITING_APPROVAL_AND_ANSWER = "awaiting_approval_and_answer"
+
+# What a wait is in words, where the status's own name would say "approval" for a question.
+_STATUS_WORDS = {
+    AWAITING_ANSWER: "waiting for an answer",
+    AWAITING_APPROVAL_AND_ANSWER: "awaiting approval and an answer",
+}
+
+
 def progress_status(status: str, tool: str) -> str:
     """A step's status as progress counts it: a question's wait is its own."""
     if tool == ASK_HUMAN and status == Step.Status.AWAITING_APPROVAL:
         return AWAITING_ANSWER
     return status
+
+
+def run_progress_status(status: str, progress: StepProgress | None) -> str:
+    """A run's status as its pill shows it: a run parked only on questions waits for an
+    answer, one parked on questions and reviewers on both."""
+    if status == Run.Status.AWAITING_APPROVAL and progress is not None and progress.answers:
+        return AWAITING_APPROVAL_AND_ANSWER if progress.waiting else AWAITING_ANSWER
+    return status
+
+
+def status_words(status: str) -> str:
+    """A run's or step's status (or progress_status) as people write it: "awaiting_approval" ->
+    "awaiting approval", a question's wait -> "waiting for an answer"."""
+    return _STATUS_WORDS.get(status) or str(status).replace("_", " ")
 
 
 @dataclass(frozen=True)

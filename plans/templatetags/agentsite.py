@@ -13,7 +13,14 @@ from django.utils.timesince import timesince
 from plans.models import Run, RunEvent
 from plans.roles import four_eyes_forbids, may_decide, routing_forbids
 from plans.selectors import approvals as approval_selectors
-from plans.selectors.runs import AWAITING_ANSWER, DERIVED_SHOWN, progress_status, runs_derived
+from plans.selectors.runs import (
+    DERIVED_SHOWN,
+    StepProgress,
+    progress_status,
+    run_progress_status,
+    runs_derived,
+    status_words,
+)
 from plans.ui.charts import shown_json, spelled_char, spelled_parts, spelled_text
 from plans.ui.effects import effect_note as _effect_note
 
@@ -90,8 +97,16 @@ def effect_note(step: Any) -> str:
 
 @register.filter
 def status_label(status: str) -> str:
-    """A status as people write it: "awaiting_approval" -> "awaiting approval"."""
-    return str(status).replace("_", " ")
+    """A status as people write it: "awaiting_approval" -> "awaiting approval", a question's
+    wait ("awaiting_answer") -> "waiting for an answer"."""
+    return status_words(status)
+
+
+@register.filter
+def run_state(run: Run, progress: StepProgress | None) -> str:
+    """The run's status as its pill shows it (class and, through status_label, words): a run
+    parked only on questions waits for an answer, not an approval."""
+    return run_progress_status(run.status, progress)
 
 
 @register.filter
@@ -104,10 +119,15 @@ def derived_runs(run: Run, viewer: Any) -> dict[str, Any]:
 
 
 @register.filter
+def step_state(step: Any) -> str:
+    """A step's status as its pill shows it: a question (ask_human) waits for an answer."""
+    return progress_status(step.status, step.tool)
+
+
+@register.filter
 def step_status(step: Any) -> str:
     """A step's status in words: a question (ask_human) waits for an answer, not an approval."""
-    status = progress_status(step.status, step.tool)
-    return "waiting for an answer" if status == AWAITING_ANSWER else status_label(status)
+    return status_words(progress_status(step.status, step.tool))
 
 
 _EVENT_KINDS = frozenset(RunEvent.Kind.values)

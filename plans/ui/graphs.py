@@ -23,15 +23,18 @@ from django.utils.safestring import SafeString, mark_safe
 
 from plans.engine import PlanParseError, parse_planner_output
 from plans.models import Approval, Plan, Step
+from plans.selectors.runs import AWAITING_ANSWER, progress_status, status_words
 from plans.ui.charts import shown_json, shown_text
 from plans.ui.charts import visible_text as _visible
 from plans.ui.effects import effect_note
 
-# Fill colours by step status: the graph, its legend, the timeline and the live page share them.
+# Fill colours by step status (progress_status: a question's wait is its own): the graph, its
+# legend, the timeline and the live page share them.
 STATUS_COLOURS: dict[str, str] = {
     "pending": "#eef1f5",
     "running": "#cfe2ff",
     "awaiting_approval": "#ffe7a1",
+    AWAITING_ANSWER: "#c9eef4",
     "succeeded": "#cdf0d6",
     "failed": "#ffd2cc",
     "skipped": "#dcdfe4",
@@ -146,7 +149,8 @@ def plan_dot(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval] | 
     dot = _digraph(plan)
     known = {step.step_id for step in steps}
     for step in steps:
-        status = step.status if step.status in STATUS_COLOURS else "pending"
+        status = progress_status(step.status, step.tool)
+        status = status if status in STATUS_COLOURS else "pending"
         classes = f"step status-{status}" + (" destructive" if step.destructive else "")
         attributes = {
             "id": f"step-{int(step.step_id)}",
@@ -248,11 +252,13 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
                 # A two-person (n-of-m) rule: how far along it is.
                 needs = f"{decision.approvals_counted} of {decision.approvals_needed} approvals"
             return f'<FONT COLOR="{DESTRUCTIVE_BORDER_COLOUR}">destructive: {needs}</FONT>'
-        return f'<FONT COLOR="#475467">destructive: {html.escape(_status(step.status))}</FONT>'
+        return f'<FONT COLOR="#475467">destructive: {html.escape(status_words(step.status))}</FONT>'
     if decision.decided_by_rule:
         who = f"rule {decision.rule}"
-    else:
-        who = decision.reviewer.get_username() if decision.reviewer is not None else "the system"
+    elif decision.reviewer is not None:
+        who = decision.reviewer.get_username()
+    else:  # no person on record: say where it was decided ("the command line", "the time limit")
+        who = f"the {decision.get_via_display()}" if decision.via else "the system"
     who = html.escape(_shorten(_visible(shown_text(who)), 48 if decision.decided_by_rule else 30))
     if decision.decision == Approval.Decision.APPROVED:
         edited = " with edits" if decision.args != decision.requested_args else ""
@@ -267,14 +273,20 @@ def _decision_line(step: Step, decision: Approval | None) -> str:
 
 
 def _tooltip(step: Step, decision: Approval | None = None) -> str:
-    """Why a step did not run or failed, and a destructive step's preview of its effect, as
-    plain text for the node's tooltip (graphviz quotes it; the SVG is sanitised after)."""
+    """Why a step did not run or failed, the question a step waits to have answered, and a
+    destructive step's preview of its effect, as plain text for the node's tooltip (graphviz
+    quotes it; the SVG is sanitised after)."""
     lines = []
     if step.error:
         why = {"skipped": "Skipped", "blocked": "Blocked", "failed": "Failed"}.get(step.status, "")
         error = str(step.error)
         said = error.lower().startswith(why.lower())
         lines.append(f"{why}: {error}" if why and not said else error[:1].upper() + error[1:])
+    if progress_status(step.status, step.tool) == AWAITING_ANSWER:
+        args = step.resolved_args if step.resolved_args is not None else step.args
+        question = args.get("question") if isinstance(args, dict) else None
+        waiting = status_words(AWAITING_ANSWER).capitalize()
+        lines.append(f"{waiting}: {question}" if question else waiting)
     if step.destructive and decision is not None:
         lines += _preview_lines(decision)
     # Line by line: a line break is kept as one (what a title shows), other controls are not.
@@ -295,10 +307,6 @@ def _preview_lines(decision: Approval) -> list[str]:
     if decision.changes:
         lines.append("Changed since approved: " + "; ".join(map(str, decision.changes)))
     return lines
-
-
-def _status(status: str) -> str:
-    return status.replace("_", " ")
 
 
 def _invalid_plan_svg(plan: Plan) -> str:

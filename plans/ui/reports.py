@@ -8,6 +8,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from plans.selectors.audit import RunRecords
 from plans.selectors.costs import CostReport
+from plans.selectors.runs import progress_status, status_words
 from plans.ui.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
 from plans.ui.graphs import STATUS_COLOURS
 
@@ -60,6 +61,7 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
         started, key=lambda item: (item[0], item[1].round, item[2])
     ):
         end = step.finished_at or ongoing_until
+        state = progress_status(step.status, step.tool)
         seconds = (end - started_at).total_seconds()
         group = (
             f"Plan v{number} · round {step.round}" if several_versions else f"Round {step.round}"
@@ -70,8 +72,8 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
                 label=f"{step.step_id} · {step.tool}",
                 start=(started_at - origin).total_seconds(),
                 end=(end - origin).total_seconds(),
-                fill=STATUS_COLOURS.get(step.status, STATUS_COLOURS["pending"]),
-                title=f"step {step.step_id} · {step.tool}: {step.status}, {seconds:.3f} s",
+                fill=STATUS_COLOURS.get(state, STATUS_COLOURS["pending"]),
+                title=f"step {step.step_id} · {step.tool}: {status_words(state)}, {seconds:.3f} s",
                 open_ended=step.finished_at is None,
             )
         )

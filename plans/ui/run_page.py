@@ -29,7 +29,13 @@ from plans.selectors.plans import (
     step_inputs,
     step_question,
 )
-from plans.selectors.runs import StepProgress, run_events_after, run_get
+from plans.selectors.runs import (
+    StepProgress,
+    run_events_after,
+    run_get,
+    run_progress_status,
+    status_words,
+)
 from plans.tools.human import ASK_HUMAN
 from plans.ui.graphs import MAX_STEPS_DRAWN, STATUS_COLOURS, plan_svg, too_many_steps_svg
 
@@ -240,6 +246,7 @@ def run_totals(
     """The totals bar and the header's progress, from the steps counted per progress status."""
     approvals = run_approval_counts(run)
     progress = StepProgress.of(dict(statuses))
+    state = run_progress_status(run.status, progress)
     return {
         "tokens": run.total_tokens,
         "cost_usd": run.cost_usd,
@@ -253,7 +260,8 @@ def run_totals(
         "approvals_requested": approvals["requested"],
         "approvals_decided": approvals["decided"],
         "progress": progress,
-        "status_text": _status_text(run, progress),
+        "status_state": state,
+        "status_text": status_words(state),
     }
 
 
@@ -263,13 +271,6 @@ def _forecast_error(run: Run) -> dict[str, Any]:
         return {"forecast_error": None}
     error = forecast_error(run.forecast_usd, run.cost_usd)
     return {"forecast_error": error, "forecast_off": None if error is None else abs(error)}
-
-
-def _status_text(run: Run, progress: StepProgress) -> str:
-    """The run's status in words: a run that waits only for a person's answer says so."""
-    if run.status == Run.Status.AWAITING_APPROVAL and progress.answers and not progress.waiting:
-        return "waiting for an answer"
-    return run.status.replace("_", " ")
 
 
 def step_panel_context(step: Step) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from plans.llm import OFFLINE_DEMO_GOALS
 from plans.models import Goal
 from plans.roles import may_submit_goals
 from plans.selectors.plans import plan_current, plan_shown, step_get
-from plans.selectors.runs import run_events_after, runs_recent_of
+from plans.selectors.runs import run_events_after, runs_progress, runs_recent_of
 from plans.services.approvals import ApprovalRefused
 from plans.services.changes import plan_changes_request
 from plans.services.plans import plan_decide
@@ -67,10 +67,12 @@ def new_goal(request: SignedInRequest) -> HttpResponse:
         "may_submit": may_submit,
         "not_an_author": NOT_AN_AUTHOR,
         "suggestions": OFFLINE_DEMO_GOALS if settings.AGENTSITE_MODEL_BACKEND == "offline" else [],
-        "recent_runs": runs_recent_of(request.user, limit=RECENT_RUNS),
     }
-    template = "plans/new_goal.html#goal_form" if request.htmx else "plans/new_goal.html"
-    return render(request, template, context, status=status)
+    if request.htmx:  # the form alone, after a refused goal
+        return render(request, "plans/new_goal.html#goal_form", context, status=status)
+    recent = list(runs_recent_of(request.user, limit=RECENT_RUNS))
+    context |= {"recent_runs": recent, "progress": runs_progress([run.pk for run in recent])}
+    return render(request, "plans/new_goal.html", context, status=status)
 
 
 @require_GET

@@ -34,10 +34,22 @@ RUNS_TABLE_ID = "runs-table"
 SVG_CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
+# A run parked on a question is stored as awaiting approval: the filter says it finds both.
+STATUS_FILTER_LABELS: dict[str, str] = {
+    Run.Status.AWAITING_APPROVAL.value: "Awaiting approval or an answer"
+}
+
+
 class RunFilterForm(forms.Form):
     """The runs list's query string; invalid values are reported and ignored, not fatal."""
 
-    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Run.Status.choices])
+    status = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Any status"),
+            *((v, STATUS_FILTER_LABELS.get(v, n)) for v, n in Run.Status.choices),
+        ],
+    )
     author = forms.ChoiceField(required=False)
     date_from = forms.DateField(
         required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
@@ -154,6 +166,12 @@ def run_audit(request: SignedInRequest, run_id: int) -> HttpResponse:
             "timeline_svg": run_timeline_svg(audit, now=timezone.now()),
             "status_colours": STATUS_COLOURS,
             "several_versions": len(audit.versions) > 1,
+            # What a parked run waits on (a reviewer, an answer) is read only for its status pill.
+            "progress": (
+                runs_progress([run.pk]).get(run.pk)
+                if run.status == Run.Status.AWAITING_APPROVAL
+                else None
+            ),
         },
     )
 

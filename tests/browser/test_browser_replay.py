@@ -22,7 +22,12 @@ def test_an_operator_replays_a_run_and_sees_the_unrecorded_refund(sign_in, scree
     operator.goto(run_url)
     operator.get_by_role("link", name="Replay", exact=True).click()
     expect(operator.get_by_role("heading", name="Replays", exact=True)).to_be_visible()
-    operator.get_by_role("button", name=re.compile(r"^Replay on offline")).click()
+    form = operator.get_by_role("form", name="Replay this run")
+    expect(form.get_by_label("Model")).to_have_value("offline")  # the configured model
+    form.get_by_label("Model").select_option("offline")
+    expect(form.get_by_label("Prompts")).to_contain_text("this checkout's")
+    screenshot(operator, "replay_form", full_page=False)
+    form.get_by_role("button", name="Replay", exact=True).click()
 
     expect(operator).to_have_url(re.compile(r"/replays/\d+/$"))
     expect(operator.locator(".replay-not-recorded")).to_have_text(

@@ -112,6 +112,10 @@ def test_a_step_the_original_never_called_is_not_recorded(author, reviewer, monk
     assert steps["issue_refund"]["status"] == NOT_RECORDED
     assert steps["issue_refund"]["resolved_args"]["order_id"] == "A-1001"
     assert steps["send_email"]["status"] == "unresolved"  # it needs the refund's result
+    # The same plan step, unresolved in both: not a change, and shown with its placeholders.
+    email = next(row for row in replay["diff"]["plan"] if row["step"] == 3)
+    assert email["change"] == "unchanged"
+    assert "{{2.reference}}" in email["replay"]["args"]["body"]
     not_recorded = replay["diff"]["calls"]["not_recorded"]
     assert [c["tool"] for c in not_recorded] == ["issue_refund"]
     assert replay["diff"]["calls"]["only_replay"][0]["tool"] == "issue_refund"
@@ -226,7 +230,7 @@ def test_an_operator_replays_a_run_from_its_page_and_reads_the_stored_diff_later
     page = client.get(reverse("plans:run_detail", args=[run.pk]))
     assert reverse("plans:run_replays", args=[run.pk]) in page.content.decode()
     assert client.post(reverse("plans:run_replays", args=[run.pk])).status_code == 403
-    assert b"Replay on" not in client.get(reverse("plans:run_replays", args=[run.pk])).content
+    assert b'name="model"' not in client.get(reverse("plans:run_replays", args=[run.pk])).content
 
     client.force_login(operator)
     response = client.post(reverse("plans:run_replays", args=[run.pk]))
@@ -343,7 +347,8 @@ def test_the_plan_diff_compares_resolved_calls_step_by_step():
             "step": 4,
             "change": "added",
             "original": None,
-            "replay": {"tool": "echo", "args": None, "status": UNRESOLVED},
+            # Unresolved in the replay: shown as planned, as the original's steps are read.
+            "replay": {"tool": "echo", "args": {}, "status": UNRESOLVED},
         },
     ]
 
@@ -366,7 +371,7 @@ def test_the_replay_plans_with_the_catalog_the_run_was_planned_with(author, monk
             return super().complete(request, on_text=on_text)
 
     monkeypatch.setattr(advance, "get_model", lambda: Recording("run"))
-    monkeypatch.setattr(replay_module, "get_model", lambda: Recording("replay"))
+    monkeypatch.setattr(replay_module, "model_named", lambda name: Recording("replay"))
     run = run_create(author=author, goal_text=PRICE_GOAL)
     advance_run(run.pk)
 

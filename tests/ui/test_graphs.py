@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 
 from plans.models import Approval, Plan, Step
+from plans.selectors.runs import AWAITING_ANSWER
 from plans.ui import graphs
 from plans.ui.graphs import STATUS_COLOURS, GraphError, error_svg, plan_svg, svg_sanitise
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT
@@ -89,7 +90,18 @@ def test_nodes_are_filled_with_the_colour_of_their_status():
 
     shape = node(root, 3).find("svg:path", NS)
     assert shape.get("fill") == STATUS_COLOURS["failed"]
-    assert set(STATUS_COLOURS) == set(Step.Status.values)
+    # Every status has its colour, and a question's wait one of its own.
+    assert set(STATUS_COLOURS) == {*Step.Status.values, AWAITING_ANSWER}
+
+
+def test_a_question_waiting_for_its_answer_has_its_own_colour_and_says_so_in_its_tooltip():
+    asks = step(1, "ask_human", {"question": "Which colour?"}, status="awaiting_approval")
+    root = parse(plan_svg(Plan(pk=1), [asks]))
+
+    assert node(root, 1).get("class") == "node step status-awaiting_answer"
+    assert node(root, 1).find(".//svg:path", NS).get("fill") == STATUS_COLOURS[AWAITING_ANSWER]
+    title = node(root, 1).find("svg:g/svg:g/svg:title", NS)
+    assert title.text == "Waiting for an answer: Which colour?"
 
 
 def test_each_dependency_is_an_edge_from_the_dependency_to_its_dependant():
@@ -280,13 +292,14 @@ def test_entities_declared_in_a_document_type_are_never_expanded():
         svg_sanitise(inside)
 
 
-def approval(decision, *, reviewer="rita", args=None, requested=None):
+def approval(decision, *, reviewer="rita", args=None, requested=None, via=""):
     requested = {"order_id": "A-1001", "amount_inr": 2499} if requested is None else requested
     return Approval(
         decision=decision,
         reviewer=User(username=reviewer) if reviewer else None,
         requested_args=requested,
         args=requested if args is None else args,
+        via=via,
     )
 
 
@@ -308,6 +321,12 @@ def refund_steps(status):
             "\u2713 approved with edits by rita",
         ),
         ("blocked", approval("rejected"), "\u2717 rejected by rita"),
+        # run_goal --approve-all: no person, and not "the system" either.
+        (
+            "succeeded",
+            approval("approved", reviewer=None, via="cli"),
+            "\u2713 approved by the command line",
+        ),
         ("blocked", approval("expired", reviewer=None), "\u2717 expired: not decided in time"),
         ("skipped", None, "destructive: skipped"),
     ],

@@ -9,8 +9,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
-from plans.evals.replay import ReplayError, replay_lines, replay_save, run_replay
-from plans.evals.runner import model_settings
+from plans.evals.replay import (
+    CURRENT_PROMPTS,
+    ReplayError,
+    replay_lines,
+    replay_save,
+    run_replay,
+)
 from plans.models import Run
 from plans.ui.charts import terminal_text
 
@@ -26,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--model", required=True, help='"offline" or a Claude model name')
         parser.add_argument(
             "--prompt-version",
-            default="current",
+            default=CURRENT_PROMPTS,
             help="the prompts' version (eval_planner prints it); 'current' for this checkout's",
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -36,9 +41,10 @@ class Command(BaseCommand):
         if run is None:
             raise CommandError(f"There is no run {options['run_id']}.")
         try:
-            with model_settings(options["model"]):
-                replay = run_replay(run=run, wanted_prompt_version=options["prompt_version"])
-        except (ValueError, ReplayError) as error:
+            replay = run_replay(
+                run=run, wanted_prompt_version=options["prompt_version"], model=options["model"]
+            )
+        except ReplayError as error:
             raise CommandError(str(error)) from error
         stored = replay_save(replay)
         if options["json"]:
