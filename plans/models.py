@@ -527,6 +527,21 @@ class Approval(models.Model):
     def decided_by_rule(self) -> bool:
         return self.via == self.Via.RULE
 
+    def settled_words(self) -> str:
+        """Why this request can no longer be decided, in a person's words; empty while pending.
+        A decision is final: every way of deciding refuses with these words."""
+        if self.decision == self.Decision.PENDING:
+            return ""
+        if self.decision == self.Decision.EXPIRED:
+            return f"This {self.tool} request expired before anyone decided it; it stays blocked."
+        if self.decision == self.Decision.STALE:
+            return (
+                f"This {self.tool} approval went stale: its target changed before the call, "
+                "which did not run. Decide the fresh request instead."
+            )
+        who = self.reviewer.get_username() if self.reviewer else self.via or "someone"
+        return f"This {self.tool} step was already {self.decision} by {who}; a decision is final."
+
     @property
     def current_votes(self) -> list[ApprovalVote]:
         """The approvals counted so far: those of the current arguments and of the preview shown

@@ -506,19 +506,8 @@ def reviewer_check(reviewer: User | None) -> None:
 def _check_decision_allowed(
     approval: Approval, reviewer: User | None, via: str, *, claim_check: bool = True
 ) -> None:
-    if approval.decision == Approval.Decision.STALE:
-        raise ApprovalRefused(
-            "already_decided",
-            f"This {approval.tool} approval went stale: its target changed before the call, "
-            "which did not run. Decide the fresh request instead.",
-        )
-    if approval.decision != Approval.Decision.PENDING:
-        who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
-        raise ApprovalRefused(
-            "already_decided",
-            f"This {approval.tool} step was already {approval.decision} by {who}; "
-            "a decision is final.",
-        )
+    if settled := approval.settled_words():
+        raise ApprovalRefused("already_decided", settled)
     if approval.run.is_terminal:
         raise ApprovalRefused(
             "run_ended", f"The run has ended ({approval.run.status}); nothing to decide."

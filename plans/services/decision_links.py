@@ -161,18 +161,8 @@ def _approval(link: DecisionLink, *, lock: bool = False) -> Approval:
 
 def _state_check(link: DecisionLink, approval: Approval) -> None:
     """Refuses a link whose request was decided (or expired) or whose arguments changed."""
-    if approval.decision == Approval.Decision.EXPIRED:
-        raise LinkRefused(
-            "link_decided",
-            f"This {approval.tool} request expired before anyone decided it; it stays blocked.",
-        )
-    if approval.decision != Approval.Decision.PENDING:
-        who = approval.reviewer.get_username() if approval.reviewer else approval.via or "someone"
-        raise LinkRefused(
-            "link_decided",
-            f"This {approval.tool} step was already {approval.decision} by {who}; "
-            "a decision is final.",
-        )
+    if settled := approval.settled_words():
+        raise LinkRefused("link_decided", settled)
     if approval.args_sha256 != link.args_sha256:
         raise LinkRefused(
             "link_stale",

@@ -138,6 +138,24 @@ def test_a_link_to_a_request_decided_elsewhere_says_by_whom(waiting, reviewer, s
     assert "already rejected by dave" in str(refused.value)
 
 
+@pytest.mark.parametrize("settled", ["expired", "stale"])
+def test_a_settled_request_is_refused_in_the_same_words_by_its_link_and_the_inbox(
+    waiting, reviewer, settled
+):
+    link = link_for(waiting, reviewer)
+    Approval.objects.filter(pk=waiting.pk).update(decision=settled)
+    waiting.refresh_from_db()
+
+    with pytest.raises(LinkRefused) as by_link:
+        decision_link_check(link=link, user=reviewer)
+    with pytest.raises(ApprovalRefused) as by_inbox:
+        approval_decide(approval=waiting, reviewer=reviewer, approve=True)
+
+    assert (by_link.value.code, by_inbox.value.code) == ("link_decided", "already_decided")
+    assert str(by_link.value) == str(by_inbox.value) == waiting.settled_words()
+    assert "by someone" not in str(by_inbox.value)
+
+
 def test_a_link_keeps_four_eyes(waiting, author):
     author.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     author = type(author).objects.get(pk=author.pk)
