@@ -484,6 +484,7 @@ def decided_event(
             "tool": approval.tool,
             "decision": approval.decision,
             "reviewer": decided_by,
+            "via": approval.via,
             "reason": approval.reason,
             "args": approval.args,
             "edited": approval.args != approval.requested_args,

@@ -2,6 +2,7 @@
 
 import datetime
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from django import template
@@ -145,9 +146,12 @@ _NOISE_KINDS = frozenset(
 
 
 @register.filter
-def event_is_noise(kind: str) -> bool:
-    """Whether the timeline folds this kind of event by default."""
-    return kind in _NOISE_KINDS
+def event_is_noise(event: Mapping[str, Any]) -> bool:
+    """Whether the timeline folds this event by default: a routine kind, or a declined call
+    whose changes_requested event, next to it, says the same with the reviewer's words."""
+    if event["kind"] == RunEvent.Kind.APPROVAL_DECIDED:
+        return bool(event["payload"].get("changes_requested"))
+    return event["kind"] in _NOISE_KINDS
 
 
 @register.filter

@@ -324,6 +324,9 @@ def test_after_a_request_for_changes_the_totals_and_timeline_say_what_happened(
     assert "Round 3" not in totals
     timeline = _text(_part(page, 'id="timeline"', "</ol>"))
     assert "bob asked for changes to step 2 issue_refund instead of approving it" in timeline
+    # Folded by default: the changes_requested line beside it says the same, with the reasons.
+    declined = re.search(r'<li class="event event-approval_decided[^"]*"', page)
+    assert declined is not None and "event-noise" in declined.group(0)
     assert "set aside for the requested changes" in timeline
     assert "sent back for changes" in timeline
     assert "rejected" not in timeline and "blocked" not in timeline
@@ -483,3 +486,33 @@ def test_the_events_feed_swaps_only_the_rows_of_the_steps_its_events_name(client
     rows = html[html.index("<template>") :]
     assert re.findall(r'<tr id="step-row-(\d+)"[^>]*hx-swap-oob="true"', rows) == ["3"]
     assert 'id="steps-table"' not in html
+
+
+def test_a_decision_no_person_made_says_where_it_came_from(author, client, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from plans.models import Approval
+    from plans.services.approvals import approval_decide, approvals_expire
+
+    by_command = finished_run(author, REFUND_GOAL)
+    approval_decide(
+        approval=Approval.objects.get(run=by_command, tool="issue_refund"),
+        reviewer=None,
+        approve=True,
+        via="cli",
+    )
+    timed_out = finished_run(author, REFUND_GOAL)
+    settings.AGENTSITE_APPROVAL_TTL_S = 3600
+    Approval.objects.filter(run=timed_out).update(requested_at=timezone.now() - timedelta(hours=2))
+    approvals_expire()
+    client.force_login(author)
+
+    by_command_line = _text(_part(page_of(client, by_command), 'id="timeline"', "</ol>"))
+    expired = _text(_part(page_of(client, timed_out), 'id="timeline"', "</ol>"))
+
+    assert "The command line approved step 2 issue_refund" in by_command_line
+    assert "cli approved" not in by_command_line
+    assert "Step 2 issue_refund expired: nobody decided it in time" in expired
+    assert "ttl expired" not in expired
