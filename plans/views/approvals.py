@@ -85,6 +85,11 @@ class DecisionGroup:
         return f"{self.run.pk}-{self.round}"
 
     @property
+    def confirming(self) -> bool:
+        """Refused only to show a preview first (preview_unseen): to confirm, not an error."""
+        return any(card.unseen for card in self.cards)
+
+    @property
     def pending(self) -> list[ApprovalCard]:
         return [
             c

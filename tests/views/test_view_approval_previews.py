@@ -231,6 +231,8 @@ def test_an_edit_shows_its_own_preview_before_the_approval_binds_to_it(
     page = shown.content.decode()
     assert shown.status_code == 409
     assert "read the preview of your edited arguments of step 1 (ship)" in page
+    assert 'class="alert alert-info" role="status"' in page  # a step to confirm, not an error
+    assert "alert-error" not in page
     assert "Preview of your edited arguments" in page
     assert "Ship 2 of &lt;script&gt;alert(1)&lt;/script&gt;" in page  # the tool's text, escaped
     assert executable_markup(page) == []
