@@ -1,4 +1,4 @@
-"""Migration 0040: votes cast before it keep counting (their approval's preview is the one they
+"""Migration 0035: votes cast before it keep counting (their approval's preview is the one they
 saw), and earlier preview rows get their arguments' hash."""
 
 import pytest
@@ -14,10 +14,11 @@ from tests import preview_tools
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def migrate(target):
+def migrate(target=None):
+    """To a migration of this app, or (None) to the latest of every app."""
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
-    executor.migrate([("plans", target)])
+    executor.migrate([("plans", target)] if target else executor.loader.graph.leaf_nodes())
 
 
 def test_earlier_votes_keep_their_approvals_version_and_previews_get_their_hash(
@@ -31,8 +32,11 @@ def test_earlier_votes_keep_their_approvals_version_and_previews_get_their_hash(
     advance_run(run.pk)
     approval_decide(approval=Approval.objects.get(run=run), reviewer=reviewer, approve=True)
 
-    migrate("0034_run_replay")  # as the rows were before: no version, no hash
-    migrate("0035_previews_edits")
+    try:
+        migrate("0034_run_replay")  # as the rows were before: no version, no hash
+        migrate("0035_previews_edits")
+    finally:
+        migrate()  # the models read below are today's
 
     approval = Approval.objects.get(run=run)
     assert ApprovalVote.objects.get().target_version == "widget@1"
