@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -31,6 +30,7 @@ from plans.api.schemas import (
     RunListOut,
     RunOut,
 )
+from plans.asyncdb import db_async
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
 from plans.journal.events import bind_server_loop, run_group, user_group
@@ -465,7 +465,7 @@ async def _event_stream(run_id: int, after: int, credential: Credential) -> Asyn
     dropped. The log is read again on a gap, on the run's end, and after STREAM_POLL_S without
     a message (the layer's delivery is best-effort).
     """
-    read = sync_to_async(_stream_read, thread_sensitive=False)
+    read = db_async(_stream_read)
     loop = asyncio.get_running_loop()
     groups = [run_group(run_id)]
     if credential.session_key is not None:
