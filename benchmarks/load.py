@@ -489,8 +489,9 @@ def follow_stream(url: str, cookie: str, run_id: int, ready: threading.Barrier) 
     import httpx
 
     received: dict[int, float] = {}
-    headers = {"Accept": "text/event-stream", "Cookie": cookie}
-    with httpx.stream("GET", url, headers=headers, timeout=60) as response:
+    # As the proxy in front of a deployment (DEBUG off) says, or the request is sent to https.
+    headers = {"Accept": "text/event-stream", "Cookie": cookie, "X-Forwarded-Proto": "https"}
+    with httpx.stream("GET", url, headers=headers, timeout=60, trust_env=False) as response:
         assert response.status_code == 200, response.status_code
         ready.wait(30)
         for line in response.iter_lines():
