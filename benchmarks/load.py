@@ -14,7 +14,8 @@ on PostgreSQL (pages-postgres: the server at AGENTSITE_TEST_DATABASE_URL, as .ci
 starts it; a fresh database dropped afterwards unless --pg-db names one to keep).
 
 Events: an event's commit to a websocket client's receipt (embedded, or through Redis with a
-worker process), with 1, 4 and 16 runs watched at once and with 10 sockets on one run.
+worker process), with 1, 4 and 16 runs watched at once and with 10 sockets on one run; and to an
+API event stream's client, for one run.
 Enqueue: a run's enqueue to its start on idle workers, in process and in a separate worker
 process (SQLite; PostgreSQL with events-redis).
 
@@ -48,9 +49,16 @@ sys.path.insert(0, str(ROOT))
 
 MODEL_LATENCY_MS = 1000
 DEFAULT_WORKERS = 2  # `manage.py serve --workers` default
-# Events are measured with (runs watched at once, sockets on each run): one quiet run, 4 and 16
-# runs at once (a socket each), and 10 sockets on one run (one render serves them all).
-EVENTS_SHAPES = ((1, 1), (4, 1), (16, 1), (1, 10))
+# Events are measured with (runs watched at once, clients on each run, the client): one quiet
+# run, 4 and 16 runs at once (a socket each), 10 sockets on one run (one render serves them
+# all), and one run followed by the API's server-sent event stream instead.
+EVENTS_SHAPES = (
+    (1, 1, "socket"),
+    (4, 1, "socket"),
+    (16, 1, "socket"),
+    (1, 10, "socket"),
+    (1, 1, "stream"),
+)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -474,6 +482,24 @@ def watch_run(
     return received
 
 
+def follow_stream(url: str, cookie: str, run_id: int, ready: threading.Barrier) -> dict[int, float]:
+    """The API's event stream of a run: when each seq was received (time.time()), to its end."""
+    import json
+
+    import httpx
+
+    received: dict[int, float] = {}
+    # As the proxy in front of a deployment (DEBUG off) says, or the request is sent to https.
+    headers = {"Accept": "text/event-stream", "Cookie": cookie, "X-Forwarded-Proto": "https"}
+    with httpx.stream("GET", url, headers=headers, timeout=60, trust_env=False) as response:
+        assert response.status_code == 200, response.status_code
+        ready.wait(30)
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received.setdefault(json.loads(line[6:])["seq"], time.time())
+    return received
+
+
 def process_cpu_s(pid: int) -> float:
     """A process's CPU seconds so far, with its waited-for children's (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -538,7 +564,7 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
         session = client.cookies[settings.SESSION_COOKIE_NAME].value
         cookie = f"{settings.SESSION_COOKIE_NAME}={session}"
         origin = f"http://127.0.0.1:{port}"
-        for concurrent, sockets in EVENTS_SHAPES:
+        for concurrent, sockets, client in EVENTS_SHAPES:
             latencies: list[float] = []
             cpu_before = process_cpu_s(server.pid)
             with ThreadPoolExecutor(concurrent * sockets) as pool:
@@ -559,6 +585,14 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
                                 watch_run,
                                 f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?after=0",
                                 origin,
+                                cookie,
+                                run.pk,
+                                ready,
+                            )
+                            if client == "socket"
+                            else pool.submit(
+                                follow_stream,
+                                f"{origin}/api/v1/runs/{run.pk}/events/",
                                 cookie,
                                 run.pk,
                                 ready,
@@ -585,6 +619,8 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
             shape = f"{concurrent} run(s) at once" + (
                 f", {sockets} sockets on each" if sockets > 1 else ""
             )
+            if client == "stream":
+                shape += ", followed by the API's event stream (no socket)"
             print(
                 f"  {shape}, {len(latencies)} receipts: "
                 f"p50 {statistics.median(latencies):.0f} ms, "

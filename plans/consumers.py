@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from plans.asyncdb import db_async
 from plans.engine.text import MAX_ID, whole_number
 from plans.journal.events import INBOX_GROUP, bind_server_loop, run_group, user_group
 from plans.selectors.approvals import pending_approvals_count
@@ -103,9 +103,8 @@ class SharedRenders:
         held = self._renders.get(key)
         # A future belongs to its loop: a test's new loop, or a failed render, starts afresh.
         if held is None or held[1].get_loop() is not loop or held[1].cancelled():
-            # Off the one shared sync thread (thread_sensitive=False): a push does not queue
-            # behind other sockets' work.
-            rendering = database_sync_to_async(render, thread_sensitive=False)
+            # Off the one shared sync thread: a push does not queue behind other sockets' work.
+            rendering = db_async(render)
             work = rendering() if turns is None else turns.run(rendering)
             future = asyncio.ensure_future(work)
             future.add_done_callback(lambda done: self._forget_failed(key, done))
@@ -186,8 +185,7 @@ class SessionBound(AsyncWebsocketConsumer):
         """Read the session again; close the socket, as a logout does, if it no longer holds."""
         session_key = self.scope["session"].session_key
         # Off the shared sync thread: every socket does this every few seconds.
-        holds = database_sync_to_async(session_signs_in, thread_sensitive=False)
-        if not await holds(session_key, self.scope["user"]):
+        if not await db_async(session_signs_in)(session_key, self.scope["user"]):
             await self.sign_out()
             return False
         self.session_checked_at = time.monotonic()
@@ -230,7 +228,7 @@ class RunConsumer(SessionBound):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_SIGNED_IN)
             return
-        view = await database_sync_to_async(_run_view)(user, self.run_id)
+        view = await db_async(_run_view)(user, self.run_id)
         if view is None:
             await self.close(code=FORBIDDEN)
             return
@@ -307,7 +305,7 @@ class RunConsumer(SessionBound):
             await self._replay_holding_lock(after=after)
 
     async def _replay_holding_lock(self, *, after: int) -> None:
-        events = await database_sync_to_async(run_events_after)(self.run_id, after)
+        events = await db_async(run_events_after)(self.run_id, after)
         if events:
             await self._send_events(events)
         else:
@@ -386,7 +384,7 @@ class PendingApprovalsConsumer(SessionBound):
         """type "inbox.changed": an approval was requested or decided somewhere."""
         if not await self.still_signed_in():
             return
-        count = await database_sync_to_async(pending_approvals_count)(self.scope["user"])
+        count = await db_async(pending_approvals_count)(self.scope["user"])
         await self.send(
             text_data=render_to_string(
                 "base.html#pending_badge", {"pending_approvals": count, "oob": True}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -29,14 +30,17 @@ from plans.api.schemas import (
     RunListOut,
     RunOut,
 )
+from plans.asyncdb import db_async
 from plans.engine import canonical_json
 from plans.guards.budgets import bucket_take
-from plans.models import Run
+from plans.journal.events import bind_server_loop, run_group, user_group
+from plans.models import Run, RunEvent
 from plans.selectors.audit import run_export_json
 from plans.selectors.runs import RunFilters, run_events_after, run_visible_get, runs_matching
 from plans.services.plans import plan_check
 from plans.services.runs import author_check, run_cancel, run_create, run_start, run_summary
 
+logger = logging.getLogger(__name__)
 router = Router(tags=["runs"])
 
 ERRORS: dict[int, type[ErrorOut]] = {
@@ -44,10 +48,13 @@ ERRORS: dict[int, type[ErrorOut]] = {
     404: ErrorOut,
     422: ErrorOut,
 }
-# How often a followed run's event log is read for new events, and how often an idle stream
-# sends a comment so proxies keep it open.
-STREAM_POLL_S = 0.25
+# A followed run's events come through its channel-layer group; its log is read again after
+# this long without a message all the same (delivery is best-effort: a dropped message, or a
+# run advanced by a process the layer does not reach). An idle stream sends a comment every
+# STREAM_HEARTBEAT_S so proxies keep it open, and re-reads its credential at most this often.
+STREAM_POLL_S = 2.0
 STREAM_HEARTBEAT_S = 15.0
+STREAM_RECHECK_MIN_S = 0.1
 EVENT_STREAM = "text/event-stream"
 # Headers the views read themselves, declared so generated clients can send them.
 IDEMPOTENCY_KEY_HEADER = {
@@ -360,43 +367,157 @@ def _events_after(run_id: int, after: int) -> tuple[list[dict[str, Any]], bool]:
 
 
 def _stream_read(
-    run_id: int, after: int, credential: Credential, *, recheck: bool
+    run_id: int,
+    after: int,
+    credential: Credential,
+    *,
+    live: list[dict[str, Any]] | None,
+    recheck: bool,
 ) -> tuple[list[dict[str, Any]], bool, bool]:
     """The events after a seq, whether the run has ended, and whether the credential holds.
 
+    `live` are the events the run's group delivered (None: read the log). They are used as they
+    are when they follow `after` without a gap and do not end the run; otherwise the log is read.
     The credential is read after the events, and whenever there are events to send: nothing
     read after a revocation committed leaves (one lookup by key per batch).
     """
-    events, finished = _events_after(run_id, after)
+    fresh = _following(live, after) if live is not None else None
+    if fresh is not None:
+        events, finished = fresh, False
+    else:
+        events, finished = _events_after(run_id, after)
     holds = credential.holds() if events or recheck else True
     return events, finished, holds
 
 
+def _following(live: list[dict[str, Any]], after: int) -> list[dict[str, Any]] | None:
+    """The delivered events after `after`, in order and once each, if they continue it without
+    a gap and none ends the run (whose end the log confirms); else None."""
+    fresh = {event["seq"]: event for event in live if event["seq"] > after}
+    events = [fresh[seq] for seq in sorted(fresh)]
+    if [event["seq"] for event in events] != list(range(after + 1, after + 1 + len(events))):
+        return None
+    if any(event["kind"] == RunEvent.Kind.RUN_FINISHED for event in events):
+        return None
+    return events
+
+
+class GroupInbox:
+    """Channel-layer groups followed by one stream: a channel of its own joined to them, and
+    the messages it receives, queued until the stream asks for them."""
+
+    def __init__(self, groups: list[str]) -> None:
+        self.groups = groups
+        self.layer = get_channel_layer()
+        self.channel = ""
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> GroupInbox:
+        # The in-memory layer's queues belong to this loop: publish committed events on it.
+        bind_server_loop(asyncio.get_running_loop())
+        self.channel = await self.layer.new_channel()
+        for group in self.groups:
+            await self.layer.group_add(group, self.channel)
+        # One long receive, never cancelled mid-stream (a cancelled Redis receive may drop a
+        # message): a wait that times out waits on the queue instead.
+        self.reader = asyncio.ensure_future(self._read())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+        for group in self.groups:
+            await self.layer.group_discard(group, self.channel)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                self.queue.put_nowait(await self.layer.receive(self.channel))
+        except Exception:
+            # The stream carries on, reading the log every STREAM_POLL_S.
+            logger.exception("could not receive from %s", self.groups)
+
+    async def wait(self, timeout: float) -> list[dict[str, Any]]:
+        """Every message received so far, waiting up to `timeout` for the first (none: [])."""
+        messages = []
+        if self.queue.empty():
+            try:
+                messages.append(await asyncio.wait_for(self.queue.get(), timeout))
+            except TimeoutError:
+                return []
+        while not self.queue.empty():
+            messages.append(self.queue.get_nowait())
+        return messages
+
+
+def _ended_frame(credential: Credential) -> str:
+    code, detail = credential.ended()
+    return f"event: error\ndata: {json.dumps({'code': code, 'detail': detail})}\n\n"
+
+
 async def _event_stream(run_id: int, after: int, credential: Credential) -> AsyncIterator[str]:
     """Server-sent events until the run has ended and its last event was sent, or until the
-    stream's token (or session) no longer holds: then an error event ends it."""
-    read = sync_to_async(_stream_read, thread_sensitive=False)
+    stream's token (or session) no longer holds: then an error event ends it.
+
+    It follows the run's group as the websocket consumer does: joined before the log is read,
+    so nothing committed after the read is missed, and events at or below the last seq sent are
+    dropped. The log is read again on a gap, on the run's end, and after STREAM_POLL_S without
+    a message (the layer's delivery is best-effort).
+    """
+    read = db_async(_stream_read)
     loop = asyncio.get_running_loop()
-    quiet_since = checked_at = loop.time()
-    yield "retry: 2000\n\n"
-    while True:
-        recheck = loop.time() - checked_at >= settings.AGENTSITE_STREAM_RECHECK_S
-        events, finished, holds = await read(run_id, after, credential, recheck=recheck)
-        if not holds:
-            code, detail = credential.ended()
-            yield f"event: error\ndata: {json.dumps({'code': code, 'detail': detail})}\n\n"
-            return
-        if events or recheck:
-            checked_at = loop.time()
-        for event in events:
-            after = event["seq"]
-            data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-            yield f"id: {event['seq']}\nevent: {event['kind']}\ndata: {data}\n\n"
-        if finished:
-            return
-        if events:
-            quiet_since = loop.time()
-        elif loop.time() - quiet_since > STREAM_HEARTBEAT_S:
-            quiet_since = loop.time()
-            yield ": still running\n\n"
-        await asyncio.sleep(STREAM_POLL_S)
+    groups = [run_group(run_id)]
+    if credential.session_key is not None:
+        groups.append(user_group(credential.user.pk))  # a logout is announced there
+    async with GroupInbox(groups) as inbox:
+        quiet_since = checked_at = loop.time()
+        yield "retry: 2000\n\n"
+        live: list[dict[str, Any]] | None = None  # the first read is the log's
+        recheck = False
+        while True:
+            events: list[dict[str, Any]] = []
+            finished, holds = False, True
+            if live != [] or recheck:  # a message with no event (answer tokens) reads nothing
+                events, finished, holds = await read(
+                    run_id, after, credential, live=live, recheck=recheck
+                )
+            if not holds:
+                yield _ended_frame(credential)
+                return
+            if events or recheck:
+                checked_at = loop.time()
+            for event in events:
+                after = event["seq"]
+                data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+                yield f"id: {event['seq']}\nevent: {event['kind']}\ndata: {data}\n\n"
+            if finished:
+                return
+            if events:
+                quiet_since = loop.time()
+            elif loop.time() - quiet_since >= STREAM_HEARTBEAT_S:
+                quiet_since = loop.time()
+                yield ": still running\n\n"
+            recheck_every = max(STREAM_RECHECK_MIN_S, settings.AGENTSITE_STREAM_RECHECK_S)
+            timeout = min(
+                STREAM_POLL_S,
+                checked_at + recheck_every - loop.time(),
+                quiet_since + STREAM_HEARTBEAT_S - loop.time(),
+            )
+            messages = await inbox.wait(max(0.0, timeout))
+            recheck = loop.time() - checked_at >= recheck_every
+            if not messages:
+                live = None  # a quiet spell: read the log
+                continue
+            kinds = {message.get("type") for message in messages}
+            if "session.ended" in kinds:
+                # The user logged out (announced before the session is gone): as their sockets.
+                yield _ended_frame(credential)
+                return
+            recheck = recheck or "session.changed" in kinds  # a new password? re-read it now
+            live = [
+                event
+                for message in messages
+                if message.get("type") == "run.events"
+                for event in message["events"]
+            ]

@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.color import no_style
-from django.db import connection, transaction
+from django.db import connection, reset_queries, transaction
 from django.db.models import DateTimeField, JSONField, Max, Model
 from django.utils import timezone
 
@@ -190,7 +190,11 @@ def runs_seed(
                     if (number + 1 - done) % FLUSH_RUNS == 0:
                         rows.insert()
                         rows = _Rows()
+                        # With DEBUG on (manage.py's default) Django logs every statement, up
+                        # to 9,000 of them: the log, not the rows, would grow with the count.
+                        reset_queries()
                 rows.insert()
+                reset_queries()
             done += size
             if progress:
                 progress(done)

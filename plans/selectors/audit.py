@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Prefetch
+from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
@@ -41,6 +41,8 @@ class RunRecords:
     events: list[RunEvent]
 
 
+# A plan's fields of text (large for a large plan), left unread where only its version is shown.
+PLAN_TEXTS = ("raw_output", "problems", "change_requests", "forecast")
 # The steps' fields that hold tool values (large, JSON): read only for the steps shown.
 STEP_VALUES = ("args", "resolved_args", "result")
 
@@ -53,8 +55,9 @@ class ToolRow:
     preview: ToolPreview | None = None
 
 
-# Events the audit page shows at a time: a 500-step run has thousands.
-AUDIT_EVENTS_PAGE = 200
+# Events the audit page shows at a time, as many as the run page's timeline: a 500-step run
+# has thousands, and each row's payload is most of a page's rendering.
+AUDIT_EVENTS_PAGE = 100
 # Steps of each plan version, and tool calls, the audit page shows at a time: rendering
 # 500 of each with their arguments and results took most of a 500-step run's page.
 AUDIT_ROWS_PAGE = 50
@@ -92,6 +95,15 @@ def neighbour_pages(
     )
 
 
+def _tool_calls_in_order(run: Run) -> QuerySet[ToolCall]:
+    """The run's tool calls as they started, each with its step's number and plan version:
+    not their values and text (large, and read once per row)."""
+    unread = [f"step__{name}" for name in STEP_VALUES]
+    unread += [f"step__plan__{name}" for name in PLAN_TEXTS]
+    calls = run.tool_calls.select_related("step__plan").defer(*unread)
+    return calls.order_by("started_at", "pk")
+
+
 def run_records_get(
     *,
     run: Run,
@@ -107,7 +119,7 @@ def run_records_get(
     steps_without_values: the steps' arguments and results are left unread (deferred).
     """
     events = run.events.filter(seq__gt=events_after).order_by("seq")
-    tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    tool_calls = _tool_calls_in_order(run)
     if tool_calls_limit is not None:
         tool_calls = tool_calls[tool_calls_after : tool_calls_after + tool_calls_limit]
     steps = Step.objects.defer(*STEP_VALUES) if steps_without_values else Step.objects.all()
@@ -385,7 +397,7 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
     plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
     versions = [PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans]
     approvals = run.approvals.select_related("reviewer", "step__plan")
-    tool_calls = run.tool_calls.select_related("step__plan").order_by("started_at", "pk")
+    tool_calls = _tool_calls_in_order(run)
     previews = run.tool_previews.select_related("step__plan").order_by("started_at", "pk")
     events = run.events.order_by("seq")
     goal = run.goal

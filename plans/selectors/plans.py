@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
+from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db import connections, router
+from django.db.models import Model
 
-from plans.bulk import rows_where
-from plans.models import Approval, HumanQuestion, Plan, Run, Step, ToolCall
+from plans.bulk import column_sql, rows_where
+from plans.models import Approval, HumanQuestion, ModelCall, Plan, Run, Step, ToolCall
 from plans.selectors.runs import progress_status
 
 
@@ -46,16 +49,15 @@ def plan_step_tally(plan: Plan | None) -> tuple[dict[str, int], int, int]:
     in one query (no rows read)."""
     if plan is None:
         return {}, 0, 0
-    by_status = plan.steps.order_by().values("status", "tool")
-    rows = list(by_status.annotate(count=Count("pk"), last_round=Max("round")))
+    rows = _counted("step_tally", plan.pk)  # (status, tool, count, last round)
     statuses: dict[str, int] = {}
-    for row in rows:
-        shown = progress_status(row["status"], row["tool"])
-        statuses[shown] = statuses.get(shown, 0) + row["count"]
+    for status, tool, count, _ in rows:
+        shown = progress_status(status, tool)
+        statuses[shown] = statuses.get(shown, 0) + count
     # A replanned version that has not started is at no round yet, whatever rounds an
     # earlier version reached.
-    started = (row["last_round"] for row in rows if row["status"] != Step.Status.PENDING)
-    return statuses, max(started, default=0), max((r["last_round"] for r in rows), default=0)
+    started = (last for status, _, _, last in rows if status != Step.Status.PENDING)
+    return statuses, max(started, default=0), max((row[3] for row in rows), default=0)
 
 
 def plan_steps_of(plan: Plan | None, step_ids: Collection[int]) -> list[Step]:
@@ -98,15 +100,51 @@ def step_calls(step: Step) -> list[ToolCall]:
 
 def run_priced_apart(run: Run) -> dict[str, int]:
     """The run's model usage priced apart from its tokens: one-hour cache writes, web searches."""
-    sums = run.model_calls.aggregate(
-        cache_write_1h=Sum("cache_write_1h_tokens"), web_searches=Sum("web_search_requests")
-    )
-    return {name: value or 0 for name, value in sums.items()}
+    ((cache_write_1h, web_searches),) = _counted("priced_apart", run.pk)
+    return {"cache_write_1h": cache_write_1h or 0, "web_searches": web_searches or 0}
 
 
 def run_approval_counts(run: Run) -> dict[str, int]:
     """How many approvals the run asked for, and how many of them are decided."""
-    return run.approvals.aggregate(
-        requested=Count("pk"),
-        decided=Count("pk", filter=~Q(decision=Approval.Decision.PENDING)),
-    )
+    ((requested, decided),) = _counted("approval_counts", run.pk)
+    return {"requested": requested, "decided": decided or 0}
+
+
+def _counted(name: str, pk: int) -> list[tuple[Any, ...]]:
+    """The rows of one of the run page's counts for a plan's or a run's pk.
+
+    Plain SQL built once per database: every push of a run page reads these, and building an
+    ORM query costs many times what running it does (see plans.bulk).
+    """
+    connection = connections[router.db_for_read(Step)]
+    with connection.cursor() as cursor:
+        cursor.execute(_count_statement(connection.alias, name), [pk])
+        return cursor.fetchall()
+
+
+@functools.cache
+def _count_statement(alias: str, name: str) -> str:
+    quote = connections[alias].ops.quote_name
+
+    def column(model: type[Model], field: str) -> str:
+        return column_sql(model._meta, quote, field)
+
+    step, approval, call = (quote(m._meta.db_table) for m in (Step, Approval, ModelCall))
+    status, tool, rounds = (column(Step, name) for name in ("status", "tool", "round"))
+    decided = f"{column(Approval, 'decision')} <> '{Approval.Decision.PENDING.value}'"
+    statements = {
+        "step_tally": (
+            f"SELECT {status}, {tool}, COUNT(*), MAX({rounds}) FROM {step} "  # noqa: S608
+            f"WHERE {column(Step, 'plan')} = %s GROUP BY {status}, {tool}"
+        ),
+        "approval_counts": (
+            f"SELECT COUNT(*), SUM(CASE WHEN {decided} THEN 1 ELSE 0 END) "  # noqa: S608
+            f"FROM {approval} WHERE {column(Approval, 'run')} = %s"
+        ),
+        "priced_apart": (
+            f"SELECT SUM({column(ModelCall, 'cache_write_1h_tokens')}), "  # noqa: S608
+            f"SUM({column(ModelCall, 'web_search_requests')}) "
+            f"FROM {call} WHERE {column(ModelCall, 'run')} = %s"
+        ),
+    }
+    return statements[name]

@@ -63,4 +63,6 @@ def test_a_fork_with_an_edited_argument_runs_and_asks_for_a_fresh_approval(sign_
     expect(fresh).to_contain_text('"amount_inr": 100')
     fresh.get_by_role("button", name="Approve").click()
     expect(author.locator("#run-status")).to_have_text("completed")
+    # The pushes that brought it there left the page's lineage in place (hx-preserve).
+    expect(author.locator("#run-lineage .lineage")).to_contain_text(f"forked from run #{origin_id}")
     screenshot(author, "fork_completed")

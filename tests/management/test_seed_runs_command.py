@@ -192,3 +192,19 @@ def test_it_streams_its_rows_a_few_hundred_runs_at_a_time_whatever_the_batch(mon
 
     assert Run.objects.count() == 40
     assert max(held) == 7 and sum(held) == 40  # never the batch's 30 at once
+
+
+def test_with_debug_on_its_query_log_does_not_grow_with_the_runs(monkeypatch, settings):
+    from django.db import connection, reset_queries
+
+    from plans.demo import seeding
+
+    settings.DEBUG = True  # manage.py's default: Django keeps every statement it runs
+    monkeypatch.setattr(seeding, "FLUSH_RUNS", 5)
+    logged = []
+    for count in (20, 80):
+        reset_queries()
+        runs_seed(count=count, batch=40, originals_every=3, originals_first=4)
+        logged.append(len(connection.queries))
+
+    assert logged[1] <= logged[0]  # a few flushes' statements, not every flush's
