@@ -17,6 +17,8 @@ from plans.selectors.costs import histogram_percentile
 from plans.selectors.runs import start_of_day
 
 REVIEW_WINDOWS = (1, 7, 30)
+# Runs that are not over: those whose pending requests wait now.
+LIVE_STATUSES = tuple(sorted(set(Run.Status) - Run.TERMINAL))
 DEFAULT_REVIEW_WINDOW = 7
 
 # Waiting requests by age: (label, lower bound); each holds those at least this old and
@@ -120,11 +122,14 @@ def _waiting_by_age(now: datetime) -> tuple[list[tuple[str, int]], int, datetime
         if oldest is not None:
             rule &= Q(requested_at__gt=oldest)
         counts[f"n{index}"] = Count("id", filter=rule)
-    row = (
-        Approval.objects.filter(decision=Approval.Decision.PENDING)
-        .exclude(run__status__in=Run.TERMINAL)
-        .aggregate(oldest=Min("requested_at"), **counts)
-    )
+    # From the live runs (the status index) to their pending requests (the approvals' index on
+    # run, decision and time, read alone): never a run's row per request, and never the
+    # requests left pending on runs that ended. Named positively: NOT IN the terminal statuses
+    # would read every run.
+    live_runs = Run.objects.filter(status__in=LIVE_STATUSES).values("pk")
+    row = Approval.objects.filter(
+        decision=Approval.Decision.PENDING, run_id__in=live_runs
+    ).aggregate(oldest=Min("requested_at"), **counts)
     waiting = [(label, row[f"n{index}"]) for index, (label, _) in enumerate(AGES)]
     return waiting, sum(n for _, n in waiting), row["oldest"]
 
