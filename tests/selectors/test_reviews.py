@@ -180,8 +180,9 @@ def test_the_report_reads_the_rollup_and_the_waiting_index_never_a_scan(history)
             and "INDEX" not in line
         ]
         assert scans == [], f"a scan of the raw rows:\n{sql}\n{plan}"
-    # What waits now: from the live runs (their status index) to their pending requests (the
-    # index on run and decision), both read from the index alone: no run's row per request.
+    # What waits now: from the live runs (searched in the status index, no ANALYZE needed) to
+    # their pending requests (the index on run and decision), both read from the index alone:
+    # no run's row per request.
     waiting = sqlite_plan(on_approvals[0])
     assert re.search(
         r"SEARCH plans_approval USING COVERING INDEX \w+ \(run_id=\? AND decision=\?", waiting
