@@ -129,10 +129,12 @@ def test_a_request_past_escalate_after_reaches_the_escalation_groups_queue_and_e
 
     # The escalation group's member is told, by an e-mail of their own with their own links.
     email = mail_sink.wait_for(
-        lambda m: m["To"] == FINANCE_ADDRESS
-        and m["Subject"]
-        == f"Run {run_id}: step 1 (issue_refund) escalated to you "
-        "(rule large_refund_needs_two_reviewers)"
+        lambda m: (
+            m["To"] == FINANCE_ADDRESS
+            and m["Subject"]
+            == f"Run {run_id}: step 1 (issue_refund) escalated to you "
+            "(rule large_refund_needs_two_reviewers)"
+        )
     )
     text = email.get_body(preferencelist=("plain",)).get_content()
     assert re.search(r"Approve: http://\S+/approvals/by-email/\S+/", text), text
