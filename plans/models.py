@@ -473,7 +473,11 @@ class Approval(models.Model):
         ]
         indexes = [
             models.Index(fields=["decision", "-requested_at"]),
-            models.Index(fields=["run", "decision"]),
+            # A run's requests by decision, and (with their time, read from the index alone)
+            # what waits now on the live runs: /reviews/ at a million runs.
+            models.Index(
+                fields=["run", "decision", "requested_at"], name="approval_run_decision_idx"
+            ),
             # The inbox and the badge: the waiting requests, newest first, with their runs
             # (PostgreSQL reads them from the index alone; 100 -> 33 ms at 28,000 waiting).
             models.Index(

@@ -97,10 +97,22 @@ def _trip_goal(rng: random.Random) -> Demo:
 
 def _refund_goal(rng: random.Random) -> Demo:
     order = rng.choice(ORDERS)
-    drawn = {1: rng.randrange(500, 9000), 2: _reference(rng, "RF"), 3: _reference(rng, "EM")}
+    drawn = {1: _order_total(rng), 2: _reference(rng, "RF"), 3: _reference(rng, "EM")}
     customer = f"customer-{order.lower().replace('-', '')}@example.com"
     plan = shapes.refund_plan(order_id=order, reason="damaged item", customer=customer)
     return f"Refund order {order} for a damaged item", plan, drawn
+
+
+def _order_total(rng: random.Random) -> int:
+    """An order's total (what its refund asks for), across the demo shop's rule thresholds
+    (plans.demo.approval_rules): mostly ₹500-9,000, some over ₹50,000 (two reviewers), a few
+    over ₹5,00,000 (denied), so that policy_replay has every rule to match."""
+    share = rng.random()
+    if share < 0.9:
+        return rng.randrange(500, 9000)
+    if share < 0.98:
+        return rng.randrange(50_001, 200_000)
+    return rng.randrange(500_001, 900_000)
 
 
 def _research_goal(rng: random.Random) -> Demo:

@@ -253,8 +253,15 @@ class Match:
 NO_RULE = Outcome(Kind.REQUIRE, approvals=1)
 
 
+# Values that are read-only already (checked by exact type first: isinstance against the
+# Mapping ABC is most of a small call's matching cost).
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), Decimal})
+
+
 def frozen(value: Any) -> Any:
     """A read-only copy of JSON data: a rule cannot change what the call will be made with."""
+    if type(value) in _IMMUTABLE:
+        return value
     if isinstance(value, Mapping):
         return MappingProxyType({k: frozen(v) for k, v in value.items()})
     if isinstance(value, list | tuple):

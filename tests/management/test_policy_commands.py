@@ -121,3 +121,50 @@ def test_policy_replay_counts_per_rule_and_lists_what_a_rule_would_approve_a_per
 def test_policy_replay_refuses_days_below_one():
     with pytest.raises(CommandError, match="--days must be 1 or more"):
         call_command("policy_replay", "--days", "0", "--rules", DEMO, stdout=StringIO())
+
+
+def test_policy_replay_counts_every_case_and_says_how_many_it_lists(author, reviewer):
+    for amount in (600_000, 700_000, 800_000):
+        past_approval(
+            author, amount=amount, order_id="A-1002", decision="approved", reviewer=reviewer
+        )
+
+    out = run_command("policy_replay", "--days", "30", "--rules", DEMO, "--listed", "2")
+
+    assert "Would have denied what a person approved: 3 (the first 2 listed)" in out
+    assert out.count("rule huge_refund; approved by bob") == 2
+
+
+def test_a_replay_reads_in_the_same_few_queries_however_many_authors_and_tools(
+    django_user_model, reviewer
+):
+    """No query per author (their groups) or per row (reviewers, reasons): at a million runs
+    the replay streams one read; calls of tools no rule names are only counted."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from plans.guards.approval_rules import rules_load, rules_replay
+
+    rules = rules_load([DEMO])
+    since = timezone.now() - timedelta(days=30)
+    first = django_user_model.objects.create_user("first-author")
+    past_approval(first, amount=900, decision="rejected", reviewer=reviewer)
+    with CaptureQueriesContext(connection) as one_author:
+        rules_replay(rules, since=since)
+    for number in range(4):
+        author = django_user_model.objects.create_user(f"author-{number}")
+        author.groups.add(Group.objects.get_or_create(name=f"team-{number}")[0])
+        past_approval(author, amount=900, decision="rejected", reviewer=reviewer)
+        email = past_approval(author, amount=800, decision="approved", reviewer=reviewer)
+        Approval.objects.filter(pk=email.pk).update(tool="send_email")
+
+    with CaptureQueriesContext(connection) as five_authors:
+        replay = rules_replay(rules, since=since)
+
+    assert len(five_authors) == len(one_author) <= 5
+    assert replay.approvals == 9
+    assert replay.tallies[""].matched == 4  # the e-mails: no rule names send_email
+    assert replay.tallies["small_refund_on_delivered_order"].matched == 5
+    assert replay.approve_rejected_count == 5
+    assert {case.decided for case in replay.approve_rejected} == {"rejected by bob"}
+    assert {case.reason for case in replay.approve_rejected} == {"customer kept the item"}

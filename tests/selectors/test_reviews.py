@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from plans.journal.rollup import rollup_drift, rollup_rebuild, token_bucket, wait_seconds
-from plans.models import Approval, ReviewWaitRollup
+from plans.models import Approval, ReviewWaitRollup, Run
 from plans.selectors.reviews import review_report
 from plans.services.approvals import approval_decide, approvals_expire
 from tests.reviewing import decider, refund_of_order_total, waiting_approval
@@ -108,6 +108,17 @@ def test_waiting_now_is_counted_by_age(history, author):
     assert report.waiting_total == 2
 
 
+def test_a_request_left_pending_on_a_run_that_ended_is_not_waiting(history, author):
+    waiting_refund(author, asked_ago=timedelta(days=2))
+    ended = waiting_refund(author, asked_ago=timedelta(days=2))
+    Run.objects.filter(pk=ended.run_id).update(status=Run.Status.CANCELLED)
+
+    report = review_report()
+
+    assert dict(report.waiting)["1 to 3 days"] == 1
+    assert report.waiting_total == 2
+
+
 def test_the_kept_rollup_equals_a_rebuild_from_the_approvals(history):
     assert ReviewWaitRollup.objects.filter(dimension="group", key="finance").exists()
     assert rollup_drift() == []
@@ -153,7 +164,11 @@ def test_the_report_reads_the_rollup_and_the_waiting_index_never_a_scan(history)
             and "INDEX" not in line
         ]
         assert scans == [], f"a scan of the raw rows:\n{sql}\n{plan}"
-    # What waits now: the pending requests alone, by an index on the decision.
+    # What waits now: from the live runs (searched in the status index, no ANALYZE needed) to
+    # their pending requests (the index on run and decision), both read from the index alone:
+    # no run's row per request.
+    waiting = sqlite_plan(on_approvals[0])
     assert re.search(
-        r"SEARCH plans_approval USING .*INDEX \w+ \(decision=\?", sqlite_plan(on_approvals[0])
-    )
+        r"SEARCH plans_approval USING COVERING INDEX \w+ \(run_id=\? AND decision=\?", waiting
+    ), waiting
+    assert re.search(r"SEARCH \w+ USING COVERING INDEX \w+ \(status=\?\)", waiting), waiting
