@@ -443,16 +443,7 @@ def _preparer(model: type[Model], name: str) -> Prepare:
             value if type(value) is float or value is None else prepare(value, connection)
         )
     if isinstance(field, models.DateTimeField):
-        remembering = _remembering_last(prepare)
-        # As Django's SQLite backend stores an aware datetime (the site is UTC): naive UTC text.
-        return lambda value, connection: (
-            value.isoformat(" ")[:-6]
-            if type(value) is datetime
-            and value.tzinfo is UTC
-            and connection.vendor == "sqlite"
-            and connection.timezone_name == "UTC"
-            else remembering(value, connection)
-        )
+        return _datetime_preparer(_remembering_last(prepare))
     if isinstance(field, _MEMO_FIELDS):
         return _remembering_last(prepare)
     if isinstance(field, models.JSONField):
@@ -470,6 +461,30 @@ def _preparer(model: type[Model], name: str) -> Prepare:
 
 # Values a JSONField stores as json.dumps gives them (on SQLite: adapt_json_value).
 _JSON_DATA = frozenset({dict, list, str, int, float, bool})
+
+
+def _datetime_preparer(prepare: Prepare) -> Prepare:
+    """prepare, but an aware UTC datetime bound for SQLite (the site is UTC) is written as
+    Django's SQLite backend writes it, naive UTC text, without the field's half a dozen calls;
+    the last one is remembered (a batch's events and rows share their time)."""
+    last: tuple[Any, str] = (None, "")  # one tuple, replaced whole: threads share it
+
+    def prepare_datetime(value: Any, connection: BaseDatabaseWrapper) -> Any:
+        nonlocal last
+        if (
+            type(value) is datetime
+            and value.tzinfo is UTC
+            and connection.vendor == "sqlite"
+            and connection.timezone_name == "UTC"
+        ):
+            seen, text = last
+            if value is not seen:
+                text = value.isoformat(" ")[:-6]
+                last = (value, text)
+            return text
+        return prepare(value, connection)
+
+    return prepare_datetime
 
 
 def _remembering_last(prepare: Prepare) -> Prepare:
