@@ -30,6 +30,8 @@ def reset(**levels: int) -> None:
         shipped.clear()
         preview_calls.clear()
     hang.clear()
+    global together
+    together = None
 
 
 def restock(item: str, quantity: int) -> None:
@@ -116,4 +118,28 @@ def _acting_preview(item: str, quantity: int) -> Any:
 @tool(destructive=True, preview=_acting_preview)
 def ship_badly_previewed(item: str, quantity: int, idempotency_key: str) -> dict:
     """Ship, with a preview hook that returns something other than a Preview."""
+    return _ship(item, quantity, idempotency_key)
+
+
+# Armed by a test: each preview hook of ship_together waits there until `together.parties`
+# hooks are in it at once, so hooks taken one after another break it (an error preview).
+together: threading.Barrier | None = None
+
+
+def arm_together(parties: int) -> None:
+    global together
+    together = threading.Barrier(parties, timeout=3)
+
+
+def _together_preview(item: str, quantity: int) -> Preview:
+    _counted("ship_together")
+    barrier = together
+    if barrier is not None:
+        barrier.wait()  # BrokenBarrierError if the others are not being taken meanwhile
+    return _stock_preview(item, quantity)
+
+
+@tool(destructive=True, preview=_together_preview, preview_timeout_s=10)
+def ship_together(item: str, quantity: int, idempotency_key: str) -> dict:
+    """Ship, with a preview that returns only once the round's other previews are running."""
     return _ship(item, quantity, idempotency_key)

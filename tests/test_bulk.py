@@ -15,7 +15,7 @@ from plans.bulk import (
     update_one_returning,
     update_rows,
 )
-from plans.models import ModelCall, Run, Step, ToolCall
+from plans.models import ModelCall, Run, RunEvent, Step, ToolCall
 from plans.selectors.plans import plan_current
 from plans.services.runs import run_create
 
@@ -224,3 +224,67 @@ def test_nothing_to_write_is_no_query(run, django_assert_num_queries):
     with django_assert_num_queries(0):
         insert_rows(ToolCall, [])
         update_rows(Step, [], ["status"])
+
+
+def tool_call_row(run, *, started_at, attempt=1):
+    step = steps_of(run)[0]
+    return {
+        "run_id": run.pk,
+        "step_id": step.pk,
+        "tool": "price",
+        "attempt": attempt,
+        "args": {"item": "iPhone 16"},
+        "result": {"price": 79900, "note": "é"},
+        "error": "",
+        "idempotency_key": "k" * 64,
+        "started_at": started_at,
+        "duration_ms": 1.5,
+    }
+
+
+def stored_text(table, column, pk):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT "{column}" FROM "{table}" WHERE "id" = %s', [pk])  # noqa: S608
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("microsecond", [0, 123456])
+def test_times_and_json_are_stored_as_the_very_text_the_orm_stores(run, microsecond):
+    at = timezone.now().replace(microsecond=microsecond)
+    insert_rows(ToolCall, [tool_call_row(run, started_at=at)])
+    by_orm = ToolCall.objects.create(**tool_call_row(run, started_at=at, attempt=2))
+    ours = ToolCall.objects.get(step__plan__run=run, attempt=1)
+
+    for column in ("started_at", "args", "result"):
+        assert stored_text("plans_toolcall", column, ours.pk) == stored_text(
+            "plans_toolcall", column, by_orm.pk
+        )
+
+
+def test_on_sqlite_statements_go_to_the_driver_unless_queries_are_counted(
+    run, monkeypatch, django_assert_num_queries
+):
+    from django.db import connection
+
+    def no_wrapper():
+        raise AssertionError("Django's cursor was used")
+
+    row = tool_call_row(run, started_at=timezone.now())
+    with monkeypatch.context() as patched:
+        patched.setattr(connection, "cursor", no_wrapper)
+        insert_rows(ToolCall, [row])
+        assert field_value(Run, run.pk, "status") == run.status
+    # Counted (a test, DEBUG): through Django's cursor, so every statement is seen.
+    with django_assert_num_queries(1):
+        assert field_value(Run, run.pk, "status") == run.status
+
+
+def test_a_refused_statement_raises_djangos_own_error(run):
+    from django.db import IntegrityError
+
+    first = RunEvent.objects.filter(run=run).order_by("seq").values().first()
+    assert first is not None
+    with pytest.raises(IntegrityError):
+        insert_rows(RunEvent, [{k: v for k, v in first.items() if k != "id"}])  # seq taken

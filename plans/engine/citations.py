@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from plans.engine.figures import figures
@@ -63,8 +63,20 @@ class AnswerCheck:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "citations": [asdict(c) for c in self.citations],
-            "unsupported": [asdict(f) for f in self.unsupported],
+            # By hand, not dataclasses.asdict (a deep copy): a 500-step answer has hundreds.
+            "citations": [
+                {
+                    "step": c.step,
+                    "valid": c.valid,
+                    "reason": c.reason,
+                    "start": c.start,
+                    "end": c.end,
+                }
+                for c in self.citations
+            ],
+            "unsupported": [
+                {"text": f.text, "start": f.start, "end": f.end} for f in self.unsupported
+            ],
             "ok": self.ok,
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
@@ -21,11 +22,23 @@ def event_hash(
     so that the payload text, encoded once for storage too, is not encoded a second time.
     """
     content = (
-        f'{{"at":{canonical_json(at.isoformat())},"kind":{canonical_json(kind)},'
-        f'"payload":{payload_json},"prev":{canonical_json(prev_hash)},'
+        f'{{"at":{_json_string(at.isoformat())},"kind":{_json_string(kind)},'
+        f'"payload":{payload_json},"prev":{_json_string(prev_hash)},'
         f'"run":{int(run_id)},"seq":{int(seq)}}}'
     )
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _json_string(text: str) -> str:
+    """canonical_json(text), without the encoder for the texts a hash covers besides the
+    payload (a time, a kind, a hash), which JSON writes as they are between quotes."""
+    if _PLAIN.fullmatch(text):
+        return f'"{text}"'
+    return canonical_json(text)
+
+
+# Characters JSON never escapes, and all that an ISO time, an event kind or a hex hash use.
+_PLAIN = re.compile(r"[0-9A-Za-z_:.+ -]*")
 
 
 def event_chain(

@@ -14,6 +14,7 @@ from django.db import connections, router, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from plans.bulk import FETCH_ONE, execute, prepared_value
 from plans.models import ModelCall, RateBucket, Run
 
 MODEL_CALLS_BUCKET = "model-calls"
@@ -38,10 +39,8 @@ def author_spent_today(author_id: int) -> Decimal:
     start_of_day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     alias = router.db_for_read(ModelCall)
     connection = connections[alias]
-    since = ModelCall._meta.get_field("created_at").get_db_prep_value(start_of_day, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(_spent_since_sql(alias), [author_id, since])
-        row = cursor.fetchone()
+    since = prepared_value(ModelCall, "created_at", start_of_day, connection)
+    row = execute(connection, _spent_since_sql(alias), [author_id, since], fetch=FETCH_ONE)
     return Decimal(str(row[0])) if row and row[0] is not None else Decimal(0)
 
 

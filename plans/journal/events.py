@@ -268,9 +268,24 @@ def publish_events(run_id: int, events: list[dict[str, Any]]) -> None:
 
 def publish_text(run_id: int, kind: str, text: str) -> None:
     """Stream text not worth storing (answer tokens); the stored event with all of it follows."""
-    publisher.send_text(run_group(run_id), kind, text)
+    group = run_group(run_id)
+    if heard(group):
+        publisher.send_text(group, kind, text)
 
 
 def group_send(group: str, message: dict[str, Any]) -> None:
     """Queue a message for a channel group; delivery is best-effort (clients resync by seq)."""
-    publisher.send(group, message)
+    if heard(group):
+        publisher.send(group, message)
+
+
+def heard(group: str) -> bool:
+    """False when nobody can receive the group's messages: the in-process layer has no member
+    for it. A message then costs nothing (no hop to the publishing loop, no wake of it).
+
+    Safe to skip: a consumer joins its group first and then reads the log from the seq it
+    names, so what was committed before it joined reaches it from the log. Another layer
+    (Redis: members in other processes) is always sent to.
+    """
+    layer = get_channel_layer()
+    return not isinstance(layer, InMemoryChannelLayer) or bool(layer.groups.get(group))

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import Group
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -39,7 +39,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.utils import timezone
 
-from plans.bulk import column_sql
+from plans.bulk import FETCH_ONE, column_sql, execute, prepared_value
 from plans.models import (
     Approval,
     ApprovalRollup,
@@ -226,9 +226,8 @@ class RunShare:
     def locked(cls, run_id: int) -> RunShare | None:
         """The run as stored, its row locked until commit (None if there is no such run)."""
         # On every commit that moves a run's figures: one statement built once, not the ORM's.
-        with connection.cursor() as cursor:
-            cursor.execute(_share_statement(connection.vendor), [run_id])
-            row = cursor.fetchone()
+        db = connections[DEFAULT_DB_ALIAS]
+        row = execute(db, _share_statement(db.vendor), [run_id], fetch=FETCH_ONE)
         if row is None:
             return None
         author_id, created_at, status, tokens, cost_usd, tools_used, forecast_usd = row
@@ -344,12 +343,15 @@ def _add(
 ) -> None:
     """Add increments to one bucket, creating it if need be, in one atomic statement."""
     by_run = author_of_run is not None
-    sql = _add_statement(connection.vendor, model, tuple(key), tuple(increments), by_run)
-    params = [_prepared(model, name, value) for name, value in {**key, **increments}.items()]
+    db = connections[DEFAULT_DB_ALIAS]
+    sql = _add_statement(db.vendor, model, tuple(key), tuple(increments), by_run)
+    params = [
+        value if name.endswith("_id") else prepared_value(model, name, value, db)
+        for name, value in {**key, **increments}.items()
+    ]
     if by_run:
         params.insert(0, author_of_run)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    execute(db, sql, params)  # prepared: the recorder adds tool calls every commit
 
 
 @functools.cache
@@ -395,14 +397,6 @@ def _author_of_run_sql() -> str:
 def _column(model: type[Model], name: str) -> str:
     """The quoted column of a rollup's field, named by attname ("author_id") or name."""
     return column_sql(model._meta, connection.ops.quote_name, name.removesuffix("_id"))
-
-
-def _prepared(model: type[Model], name: str, value: Any) -> Any:
-    if name.endswith("_id"):
-        return value
-    field = model._meta.get_field(name)
-    assert isinstance(field, models.Field)
-    return field.get_db_prep_save(value, connection)
 
 
 # --- rebuilt from the raw rows -------------------------------------------------------------

@@ -39,7 +39,7 @@ from plans.runtime.steps_state import StepsState
 from plans.runtime.tool_calls import (
     ToolOutcome,
     invoke_once_recorded,
-    preview_take,
+    previews_take,
     reconcile_call,
 )
 from plans.runtime.tool_threads import Call, ToolThreads
@@ -85,57 +85,95 @@ class Launching(StepsState):
             return
         if self.past_effects and spec.destructive and self._continue_past_effect(step, spec, args):
             return
-        approval = None
-        if spec.destructive:
-            gate = approval_gate(step=step, resolved_args=args)
-            if gate.verdict is Verdict.MISSING and call_hash in self.declined:
-                # A reviewer declined this very call for another step: not asked again. A
-                # request already made for this step itself is still the reviewer's to decide.
-                reason = self.declined[call_hash]
+        if not spec.destructive:
+            self._call(step, spec, args, None, pool)
+            return
+        gate = approval_gate(step=step, resolved_args=args)
+        if gate.verdict is Verdict.MISSING and call_hash in self.declined:
+            # A reviewer declined this very call for another step: not asked again. A
+            # request already made for this step itself is still the reviewer's to decide.
+            reason = self.declined[call_hash]
+            result = blocked_result(step.tool, reason)
+            self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
+            return
+        if gate.verdict is Verdict.MISSING:
+            if spec.preview is not None:
+                # Asked with the round's other previewed requests, their hooks run at once.
+                self.requesting.append((step, spec, args))
+                return
+            # Asked for the first time: the approval rules may decide it at once.
+            gate = self._request_approval(step, spec, args)
+        self._pass_gate(step, spec, args, gate, pool)
+
+    def _pass_gate(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        gate: GateDecision,
+        pool: ToolThreads,
+    ) -> None:
+        """A destructive step with its approval's verdict: called, blocked, or left waiting."""
+        step_id = step.step_id
+        decided = gate.verdict in (Verdict.APPROVED, Verdict.REJECTED)
+        if decided and gate.approval is not None and telemetry.observer is not None:
+            telemetry.observer.approval_waited(self.run, step, gate.approval)
+        if gate.verdict is Verdict.REJECTED:
+            assert gate.approval is not None
+            reason = gate.approval.reason
+            if gate.approval.decision == Approval.Decision.EXPIRED:
+                result = f"BLOCKED: {step.tool} was not approved in time. {reason}. Do not retry."
+            elif gate.approval.decided_by_rule:
+                result = f"BLOCKED: {step.tool} was {reason}. Do not retry."
+            else:
                 result = blocked_result(step.tool, reason)
-                self._finish_step(step, Outcome.BLOCKED, result=result, error=reason)
-                return
-            if gate.verdict is Verdict.MISSING:
-                # Asked for the first time: the approval rules may decide it at once.
-                gate = self._request_approval(step, spec, args)
-            decided = gate.verdict in (Verdict.APPROVED, Verdict.REJECTED)
-            if decided and gate.approval is not None and telemetry.observer is not None:
-                telemetry.observer.approval_waited(self.run, step, gate.approval)
-            if gate.verdict is Verdict.REJECTED:
-                assert gate.approval is not None
-                reason = gate.approval.reason
-                if gate.approval.decision == Approval.Decision.EXPIRED:
-                    result = (
-                        f"BLOCKED: {step.tool} was not approved in time. {reason}. Do not retry."
-                    )
-                elif gate.approval.decided_by_rule:
-                    result = f"BLOCKED: {step.tool} was {reason}. Do not retry."
-                else:
-                    result = blocked_result(step.tool, reason)
-                self._finish_step(
-                    step,
-                    Outcome.BLOCKED,
-                    result=result,
-                    error=reason,
-                    changes_requested=step_id in self.changes_requested,
-                )
-                return
-            if gate.verdict is not Verdict.APPROVED:
-                self._await_approval(step, args)
-                return
-            approval = gate.approval
-            if gate.call_args != args:  # the reviewer edited them
-                args = gate.call_args
-                self.call_hashes[step_id] = args_sha256(step.tool, args)
-                if step_id in self.carried:
-                    # Another call than the earlier version's: it gets a key of its own.
-                    self.carried.discard(step_id)
-                    self.held_keys.discard(step.idempotency_key)
-                    step.idempotency_key = ""
+            self._finish_step(
+                step,
+                Outcome.BLOCKED,
+                result=result,
+                error=reason,
+                changes_requested=step_id in self.changes_requested,
+            )
+            return
+        if gate.verdict is not Verdict.APPROVED:
+            self._await_approval(step, args)
+            return
+        approval = gate.approval
+        if gate.call_args != args:  # the reviewer edited them
+            args = gate.call_args
+            self.call_hashes[step_id] = args_sha256(step.tool, args)
+            if step_id in self.carried:
+                # Another call than the earlier version's: it gets a key of its own.
+                self.carried.discard(step_id)
+                self.held_keys.discard(step.idempotency_key)
+                step.idempotency_key = ""
+        self._call(step, spec, args, approval, pool)
+
+    def _call(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        approval: Approval | None,
+        pool: ToolThreads,
+    ) -> None:
         if not circuit_admits(step.tool):
             self._finish_step(step, Outcome.FAILED, error=CIRCUIT_OPEN_MESSAGE)
             return
         self._submit(step, spec, args, approval, pool)
+
+    def _request_previewed(self, pool: ToolThreads) -> None:
+        """Ask for the approvals launching put off for their previews: the hooks run at once on
+        the tool threads (waited for here: each request's card needs its preview), then each
+        request is made, and decided by a rule or left to a person, in launch order."""
+        requesting, self.requesting = self.requesting, []
+        wanted = [(spec, args, step.idempotency_key) for step, spec, args in requesting]
+        with waiting():  # the hooks' wait: this run's worker slot serves others meanwhile
+            taken = previews_take(wanted, pool=self.pool)
+        for (step, spec, args), preview in zip(requesting, taken, strict=True):
+            self._record_preview(step, preview, purpose=ToolPreview.Purpose.REQUEST)
+            gate = self._request_approval(step, spec, args, preview=preview.preview)
+            self._pass_gate(step, spec, args, gate, pool)
 
     def _continue_past_effect(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> bool:
         """An earlier version made this very call: its key is kept, and if the effect happened
@@ -236,6 +274,8 @@ class Launching(StepsState):
         lost lease or database stops every call of the round before it starts. Pure calls do
         not wait: calling one again is harmless, and the wait is most of a short one's cost.
         """
+        if self.requesting:
+            self._request_previewed(pool)
         starting, self.starting = self.starting, []
         if not starting:
             return
@@ -259,11 +299,16 @@ class Launching(StepsState):
             self.calls[step.step_id] = (spec, args, approval)
             heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
-    def _request_approval(self, step: Step, spec: ToolSpec, args: dict[str, Any]) -> GateDecision:
-        """Ask for an approval of this call: on record, decided by a rule or left pending."""
-        preview = None
-        if spec.preview is not None:
-            preview = self._preview(step, spec, args, purpose=ToolPreview.Purpose.REQUEST)
+    def _request_approval(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        *,
+        preview: dict[str, Any] | None = None,
+    ) -> GateDecision:
+        """Ask for an approval of this call (with its preview, taken already, if the tool has
+        one): on record, decided by a rule or left pending."""
         approval = approval_request(
             run=self.run, step=step, spec=spec, resolved_args=args, preview=preview
         )
@@ -291,18 +336,6 @@ class Launching(StepsState):
         self.awaiting[step.step_id] = args
         step.status = Step.Status.AWAITING_APPROVAL
         self.recorder.step_changed(step, "status")
-
-    def _preview(
-        self, step: Step, spec: ToolSpec, args: dict[str, Any], *, purpose: str
-    ) -> dict[str, Any]:
-        """The tool's preview for these arguments, on a tool thread within its limit, recorded.
-
-        Waited for here: a request is asked once per destructive step, and its card needs it.
-        """
-        with waiting():  # the hook's wait: this run's worker slot serves others meanwhile
-            taken = preview_take(spec, args, pool=self.pool, idempotency_key=step.idempotency_key)
-        self._record_preview(step, taken, purpose=purpose)
-        return taken.preview
 
     def _ask_human(self, step: Step, args: dict[str, Any]) -> None:
         """A question for a person: its answer is the result; the run parks until it comes.

@@ -92,6 +92,8 @@ class StepsExecution(Launching, CallsInFlight):
         self.awaiting: dict[int, dict[str, Any]] = {}  # step id -> resolved args
         # Steps launched but not yet called: (step, spec, args, key, approval).
         self.starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]] = []
+        # Destructive steps whose first request waits for the round's previews, taken at once.
+        self.requesting: list[tuple[Step, ToolSpec, dict[str, Any]]] = []
         self.round_left: dict[int, int] = {}
         self.rounds_started: set[int] = set()
         for step in steps.values():

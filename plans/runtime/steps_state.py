@@ -96,6 +96,7 @@ class StepsState:
     pool: ToolThreads
     awaiting: dict[int, dict[str, Any]]  # step id -> resolved args
     starting: list[tuple[Step, ToolSpec, dict[str, Any], str, Approval | None]]  # not yet called
+    requesting: list[tuple[Step, ToolSpec, dict[str, Any]]]  # requests put off for previews
     round_left: dict[int, int]
     rounds_started: set[int]
 

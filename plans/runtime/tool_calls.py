@@ -151,29 +151,64 @@ def preview_take(
     A hook that fails, hangs past its limit or has its circuit open gives an {"error"} preview:
     the caller shows "no preview: <error>" and goes on, never blocked by it.
     """
+    return _preview_taken(_preview_started(spec, args, pool=pool, idempotency_key=idempotency_key))
+
+
+def previews_take(
+    wanted: list[tuple[ToolSpec, dict[str, Any], str]], *, pool: ToolThreads
+) -> list[PreviewTaken]:
+    """preview_take for each (spec, args, idempotency key), the hooks all running at once: a
+    round's requests wait for the slowest preview, not for their sum."""
+    started = [
+        _preview_started(spec, args, pool=pool, idempotency_key=key) for spec, args, key in wanted
+    ]
+    return [_preview_taken(one) for one in started]
+
+
+@dataclass
+class _PreviewRunning:
+    spec: ToolSpec
+    args: dict[str, Any]
+    started_at: datetime
+    t0: float
+    limit: float
+    answered: queue.SimpleQueue[Call] | None  # None: not run (its circuit is open)
+
+
+def _preview_started(
+    spec: ToolSpec, args: dict[str, Any], *, pool: ToolThreads, idempotency_key: str
+) -> _PreviewRunning:
     started_at = timezone.now()
     t0 = time.perf_counter()
-    breaker = preview_breaker(spec.name)
     limit = spec.preview_timeout_s or settings.AGENTSITE_PREVIEW_TIMEOUT_S
+    answered: queue.SimpleQueue[Call] | None = None
+    if circuit_admits(preview_breaker(spec.name)):
+        answered = queue.SimpleQueue()
+        pool.submit(_run_preview, spec, args, idempotency_key, reply=answered.put)
+    return _PreviewRunning(spec, args, started_at, t0, limit, answered)
+
+
+def _preview_taken(running: _PreviewRunning) -> PreviewTaken:
+    """The preview once its hook answered, failed or ran out of its limit (from its start)."""
+    breaker = preview_breaker(running.spec.name)
     error = ""
     data: dict[str, Any] = {}
-    fault = False
-    if not circuit_admits(breaker):
+    if running.answered is None:
         error = CIRCUIT_OPEN_MESSAGE
     else:
-        answered: queue.SimpleQueue[Call] = queue.SimpleQueue()
-        pool.submit(_run_preview, spec, args, idempotency_key, reply=answered.put)
+        fault = False
+        left = running.limit - (time.perf_counter() - running.t0)
         try:
-            data = answered.get(timeout=limit).result()
+            data = running.answered.get(timeout=max(left, 0.0)).result()
         except queue.Empty:
             # Its thread stays in the hook; the tool threads grow past it, as for a hung call.
-            error, fault = f"timed out after {limit:g}s", True
+            error, fault = f"timed out after {running.limit:g}s", True
         except BaseException as exc:  # a hook's failure is its preview's, never the run's
             error, fault = error_text(exc), not isinstance(exc, ToolError)
         circuit_record(breaker, failed=fault, error=error)
-    duration_ms = (time.perf_counter() - t0) * 1000
+    duration_ms = (time.perf_counter() - running.t0) * 1000
     preview = data if not error else preview_failed(error)
-    return PreviewTaken(preview, error, started_at, duration_ms, args)
+    return PreviewTaken(preview, error, running.started_at, duration_ms, running.args)
 
 
 def _run_preview(spec: ToolSpec, args: dict[str, Any], key: str) -> dict[str, Any]:

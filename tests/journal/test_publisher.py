@@ -87,3 +87,26 @@ def test_text_sent_after_the_last_piece_went_out_is_a_new_message(layer):
     publisher.wait_idle()
 
     assert [message["payload"]["text"] for _, message in layer.sent] == ["first", "second"]
+
+
+def test_a_group_nobody_in_the_process_joined_is_not_sent_to(monkeypatch):
+    from channels.layers import InMemoryChannelLayer
+
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    sent: list[tuple[str, Any]] = []
+    monkeypatch.setattr(
+        events.publisher, "send", lambda group, message: sent.append((group, message))
+    )
+    monkeypatch.setattr(
+        events.publisher, "send_text", lambda group, kind, text: sent.append((group, text))
+    )
+
+    events.publish_events(1, [{"run": 1, "seq": 1, "kind": "run_finished", "payload": {}}])
+    events.publish_text(1, "answer_delta", "Total")
+    assert sent == []  # no hop to the publishing loop: a socket joining later reads the log
+
+    layer.groups["run-1"] = {"specific.socket": 0.0}  # a socket watching run 1
+    events.publish_events(1, [{"run": 1, "seq": 2, "kind": "step_started", "payload": {}}])
+    events.publish_text(1, "answer_delta", "Total")
+    assert [group for group, _ in sent] == ["run-1", "run-1"]

@@ -194,3 +194,47 @@ def test_a_failing_preview_opens_a_breaker_of_its_own_not_the_tools(author, sett
     assert waiting(run).preview == {"error": CIRCUIT_OPEN_MESSAGE}
     assert preview_tools.preview_calls["ship_broken"] == 2  # not called while open
     assert circuit_admits("ship_broken")  # the tool itself is not held back by it
+
+
+def start_round(author, tool, count):
+    """A run of `count` destructive calls in one round (each to its own item: one call does not
+    change another's target), parked for their approvals."""
+    steps = [
+        {"id": i, "tool": tool, "args": {"item": f"item{i}", "quantity": 1}, "depends_on": []}
+        for i in range(1, count + 1)
+    ]
+    run = run_create(author=author, goal_text=f"ship {count}", plan_data={"steps": steps})
+    return run, advance_run(run.pk)
+
+
+def stock_items(count):
+    preview_tools.reset(**{f"item{i}": 10 for i in range(1, count + 1)})
+
+
+def test_a_rounds_requests_take_their_previews_at_once(author):
+    stock_items(3)
+    preview_tools.arm_together(3)
+
+    run, status = start_round(author, "ship_together", 3)
+
+    assert status == Run.Status.AWAITING_APPROVAL
+    previews = ToolPreview.objects.filter(run=run, purpose="request")
+    assert [p.error for p in previews] == ["", "", ""]
+    assert sorted(a.preview["target_version"] for a in Approval.objects.filter(run=run)) == [
+        "item1@1",
+        "item2@1",
+        "item3@1",
+    ]
+
+
+def test_a_rounds_launch_re_checks_run_at_once(author, reviewer):
+    stock_items(3)
+    run, _ = start_round(author, "ship_together", 3)
+    for approval in Approval.objects.filter(run=run, decision="pending"):
+        approve(approval, reviewer)
+    preview_tools.arm_together(3)  # for the re-checks just before the calls
+
+    assert advance_run(run.pk) == Run.Status.COMPLETED
+    launched = ToolPreview.objects.filter(run=run, purpose="launch")
+    assert [p.error for p in launched] == ["", "", ""]
+    assert len(preview_tools.shipped) == 3
