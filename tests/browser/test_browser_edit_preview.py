@@ -34,7 +34,7 @@ def test_an_edited_refund_shows_its_own_preview_before_it_is_approved(
     edited = group.locator(".preview-unseen")
     expect(edited).to_contain_text("Preview of your edited arguments")
     expect(edited).to_contain_text("Refund ₹1,000 of ₹2,499")
-    expect(group.locator(".alert-error")).to_contain_text("approve again to confirm it")
+    expect(group.locator(".alert-info")).to_contain_text("approve again to confirm it")
     expect(group.locator("textarea")).to_have_value(re.compile('"amount_inr": 1000'))
     expect(group.locator(".decision-summary")).to_contain_text("INR 1,000")  # what runs
     expect(group.locator(".decision-stamp")).to_have_count(0)  # nothing decided yet
