@@ -17,7 +17,6 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
 from plans import engine
@@ -30,10 +29,14 @@ from plans.evals.runner import (
 )
 from plans.llm import Completion, ModelError, Usage, get_model, model_for, model_named
 from plans.llm.pricing import cost_usd, prices_for
-from plans.llm.prompts import answer_request, planner_request, repair_request
+from plans.llm.prompts import answer_request
 from plans.models import EvalResult, Experiment, Goal, Run, RunReplay, Step, ToolCall
-from plans.runtime.planning import direct_answer, plan_from_completion, prompt_catalog
-from plans.tools import get_registry
+from plans.runtime.planning import (
+    first_reply_route,
+    goal_plan_request,
+    plan_from_completion,
+    plan_repair_request,
+)
 
 RECORDED = "recorded"
 # The prompt version that means "this checkout's", whatever it hashes to.
@@ -301,25 +304,14 @@ def run_replay(*, run: Run, wanted_prompt_version: str, model: str | None = None
         calls.append((completion, request.model))
         return completion
 
-    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
-    registry = get_registry()
-    router = bool(settings.AGENTSITE_ROUTER)
-    request = planner_request(
-        goal=run.goal.text,
-        catalog=prompt_catalog(registry),
-        max_steps=max_steps,
-        model=plan_model,
-        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
-        router=router,
-    )
+    request = goal_plan_request(run.goal.text, model=plan_model)
+    max_steps = request.metadata["max_steps"]
     completion = call(request)
     plan, problems, data = plan_from_completion(completion, request, max_steps=max_steps)
-    declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
-    answer = direct_answer(data) if router and problems else ""
-    route = "answer" if answer else "refuse" if declined else "plan"
+    route, answer = first_reply_route(data, problems, router=request.metadata["router"])
     steps: list[ReplayStep] = []
-    if problems and not declined and not answer:
-        repair = repair_request(request, bad_output=completion.text, problems=problems)
+    if problems and route == Run.Route.PLAN:
+        repair = plan_repair_request(request, completion, problems)
         completion = call(repair)
         plan, problems, _ = plan_from_completion(completion, repair, max_steps=max_steps)
     if plan is not None and not problems:
@@ -341,7 +333,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str, model: str | None = None
             model=answer_model,
         )
         answer = call(answer_call).text
-    elif declined:
+    elif route == Run.Route.REFUSE:
         answer = str(data.get("reason", ""))
     usage = sum((c.usage for c, _ in calls), Usage())
     return Replay(
@@ -349,7 +341,7 @@ def run_replay(*, run: Run, wanted_prompt_version: str, model: str | None = None
         model=plan_model,
         prompt_version=current,
         route=route,
-        plan_problems=[] if declined else problems,
+        plan_problems=[] if route == Run.Route.REFUSE else problems,
         steps=steps,
         answer=answer,
         usage=usage,

@@ -96,6 +96,45 @@ def direct_answer(data: Any) -> str:
     return answer.strip() if isinstance(answer, str) else ""
 
 
+def goal_plan_request(goal: str, *, model: str) -> ModelRequest:
+    """The first planning call for a goal, with this deployment's tools, step limit and router."""
+    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
+    registry = get_registry()
+    router = bool(settings.AGENTSITE_ROUTER)
+    return planner_request(
+        goal=goal,
+        catalog=prompt_catalog(registry),
+        max_steps=max_steps,
+        model=model,
+        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
+        router=router,
+    )
+
+
+def first_reply_route(data: Any, problems: list[str], *, router: bool) -> tuple[str, str]:
+    """Where the planner's first reply goes, (route, answer): a plan (to repair if it has
+    problems), the router's direct answer (its text), or a refusal (never repaired)."""
+    answer = direct_answer(data) if router and problems else ""
+    if answer:
+        return Run.Route.ANSWER, answer
+    if isinstance(data, dict) and data.get("steps") == [] and data.get("reason"):
+        return Run.Route.REFUSE, ""
+    return Run.Route.PLAN, ""
+
+
+def plan_repair_request(
+    request: ModelRequest, completion: Completion, problems: list[str]
+) -> ModelRequest:
+    """The one repair round: the problems go back to the model once, with room for a longer
+    plan if the first was cut off at its token limit."""
+    return repair_request(
+        request,
+        bad_output=completion.text,
+        problems=problems,
+        max_tokens=request.max_tokens * 2 if completion.stop_reason == "max_tokens" else None,
+    )
+
+
 def plan_from_planner(
     *,
     run: Run,
@@ -108,38 +147,20 @@ def plan_from_planner(
     (a DirectAnswer, for the caller to finish the run with) or refuse it; the decision is kept
     on the run and in a "routed" event.
     """
-    max_steps = settings.AGENTSITE_MAX_PLAN_STEPS
-    registry = get_registry()
-    router = bool(settings.AGENTSITE_ROUTER)
-    request = planner_request(
-        goal=run.goal.text,
-        catalog=prompt_catalog(registry),
-        max_steps=max_steps,
-        model=model_for("plan"),
-        reply_schema=engine.plan_json_schema(registry, max_steps=max_steps, direct_answer=router),
-        router=router,
-    )
+    request = goal_plan_request(run.goal.text, model=model_for("plan"))
     completion = call_model(request)
     if completion is None:
         return None
+    max_steps = request.metadata["max_steps"]
     plan, problems, data = plan_from_completion(completion, request, max_steps=max_steps)
     raw_output = completion.text
-    declined = isinstance(data, dict) and data.get("steps") == [] and data.get("reason")
-    if router:
-        answer = direct_answer(data) if problems else ""
-        route = Run.Route.ANSWER if answer else Run.Route.REFUSE if declined else Run.Route.PLAN
+    route, answer = first_reply_route(data, problems, router=request.metadata["router"])
+    if request.metadata["router"]:
         run_route(run=run, route=route, lease=lease)
         if answer:
             return DirectAnswer(text=answer)
-    if problems and not declined:
-        # One repair round: the problems go back to the model once, with room for a longer
-        # plan if the first was cut off at its token limit.
-        repair = repair_request(
-            request,
-            bad_output=completion.text,
-            problems=problems,
-            max_tokens=request.max_tokens * 2 if completion.stop_reason == "max_tokens" else None,
-        )
+    if problems and route == Run.Route.PLAN:
+        repair = plan_repair_request(request, completion, problems)
         completion = call_model(repair)
         if completion is None:
             return None

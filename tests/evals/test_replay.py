@@ -379,3 +379,31 @@ def test_the_replay_plans_with_the_catalog_the_run_was_planned_with(author, monk
 
     assert "result_slice" not in sent["run"]  # no result is held before the first plan
     assert sent["replay"] == sent["run"]
+
+
+def test_a_replayed_plan_cut_off_at_max_tokens_is_repaired_with_a_higher_limit(
+    author, monkeypatch
+):
+    """The replay repairs a plan as a run does: a reply cut off at its limit gets twice the room."""
+    from plans.evals import replay as replay_module
+    from plans.llm import Completion, Usage
+    from plans.llm.offline import PRICE_GOAL, OfflineModel
+
+    limits = []
+
+    class CutFirstPlan(OfflineModel):
+        def complete(self, request, *, on_text=None):
+            if request.purpose in ("plan", "repair"):
+                limits.append(request.max_tokens)
+            if len(limits) == 1:
+                return Completion('{"steps": [{"id": 1,', Usage(), "offline", 0, "max_tokens")
+            return super().complete(request, on_text=on_text)
+
+    run = run_create(author=author, goal_text=PRICE_GOAL)
+    advance_run(run.pk)
+    monkeypatch.setattr(replay_module, "model_named", lambda name: CutFirstPlan())
+
+    data = replay_json(run.pk)
+
+    assert limits[1] == 2 * limits[0]
+    assert data["route"] == "plan" and data["plan_problems"] == []
