@@ -7,6 +7,7 @@ import threading
 from django.contrib.auth.models import Group, Permission
 from django.db import connections
 
+from plans.engine import preview_token
 from plans.models import Approval
 from plans.runtime.advance import advance_run
 from plans.services.approvals import ApprovalRefused, approvals_decide
@@ -41,6 +42,11 @@ def refund_of_order_total(reason, order_id="A-1001"):
             },
         ]
     }
+
+
+def shown_token(approval):
+    """The token of the preview a card (or an e-mail link's page) shows with the approval."""
+    return preview_token(approval.args_sha256, approval.preview)
 
 
 def waiting_approval(author, plan, *, goal="refund"):

@@ -103,10 +103,16 @@ def decision_link_check(
 
 
 def approval_decide_by_link(
-    *, link: DecisionLink, reviewer: User, reason: str = "", resume: bool = True
+    *,
+    link: DecisionLink,
+    reviewer: User,
+    seen_preview: str,
+    reason: str = "",
+    resume: bool = True,
 ) -> Approval:
     """Decide the link's approval as its reviewer, once: through approval_decide, so the same
-    rules apply as on the pages (permission, four-eyes, a reason to reject)."""
+    rules apply as on the pages (permission, four-eyes, a reason to reject, and an approval
+    bound to the preview its page showed: seen_preview, that preview's token)."""
     _reviewer_check(link, reviewer)
     decision = Approval.Decision.APPROVED if link.approve else Approval.Decision.REJECTED
     with transaction.atomic():
@@ -132,6 +138,7 @@ def approval_decide_by_link(
             reason=reason,
             via=Approval.Via.EMAIL,
             resume=resume,
+            seen_preview=seen_preview,
         )
 
 

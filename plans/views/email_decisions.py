@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from plans.engine import preview_token
 from plans.models import Approval
 from plans.selectors.approvals import approval_inputs
 from plans.services.approvals import ApprovalRefused
@@ -41,12 +42,19 @@ def email_decision(request: SignedInRequest, token: str) -> HttpResponse:
         return render(request, TEMPLATE, context)
     reason = request.POST.get("reason", "")
     try:
-        decided = approval_decide_by_link(link=link, reviewer=request.user, reason=reason)
+        decided = approval_decide_by_link(
+            link=link,
+            reviewer=request.user,
+            reason=reason,
+            seen_preview=request.POST.get("preview", ""),
+        )
     except LinkRefused as refused:
         return _refusal(request, refused)
     except ApprovalRefused as refused:
-        # e.g. a reject without a reason: the same page again, with what was typed.
-        context.update(error=str(refused), reason=reason)
+        # e.g. a reject without a reason, or a preview taken again since the page was shown:
+        # the same page again, as the approval is now, with what was typed.
+        approval.refresh_from_db()
+        context.update(_shown(approval), error=str(refused), reason=reason)
         return render(request, TEMPLATE, context, status=refusal_status(refused))
     return render(request, TEMPLATE, {"link": link, "decided": decided, **_shown(decided)})
 
@@ -57,6 +65,7 @@ def _shown(approval: Approval) -> dict[str, Any]:
         "run": approval.run,
         "inputs": approval_inputs([approval])[approval.pk],
         "effect": effect_line(approval.tool, approval.args),
+        "preview_token": preview_token(approval.args_sha256, approval.preview),
     }
 
 

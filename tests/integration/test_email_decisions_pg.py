@@ -23,6 +23,7 @@ from plans.services.decision_links import (
     decision_link_token,
 )
 from tests.integration.conftest import postgres_settings
+from tests.reviewing import shown_token
 from tests.selectors.test_reviews import waiting_refund
 
 pytestmark = pytest.mark.services
@@ -45,13 +46,16 @@ def test_two_uses_of_one_link_at_once_decide_once(pg_database, this_process_on):
         link = decision_link_read(
             decision_link_token(approval=approval, reviewer=reviewer, choice="approve")
         )
+        seen = shown_token(approval)
         start = threading.Barrier(3)
         outcomes: list[str] = []
 
         def use() -> None:
             try:
                 start.wait(10)
-                approval_decide_by_link(link=link, reviewer=reviewer, resume=False)
+                approval_decide_by_link(
+                    link=link, reviewer=reviewer, seen_preview=seen, resume=False
+                )
                 outcomes.append("decided")
             except (LinkRefused, ApprovalRefused) as refused:
                 outcomes.append(refused.code)

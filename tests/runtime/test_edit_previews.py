@@ -5,12 +5,13 @@ before it binds, and the one the call is held to at launch. Tools from tests.pre
 import pytest
 from django.contrib.auth.models import Permission
 
-from plans.engine import args_sha256, preview_token
+from plans.engine import args_sha256
 from plans.models import Approval, Run, RunEvent, Step, ToolCall, ToolPreview
 from plans.runtime.advance import advance_run
 from plans.services.approvals import ApprovalRefused, PreviewUnseen, approval_decide
 from plans.services.runs import run_create
 from tests import preview_tools
+from tests.reviewing import shown_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,11 +33,6 @@ def start(author, tool="ship"):
 
 def waiting(run):
     return Approval.objects.get(run=run, decision="pending")
-
-
-def shown_token(approval):
-    """The token of the preview a card shows with the approval's arguments."""
-    return preview_token(approval.args_sha256, approval.preview)
 
 
 def edit(approval, reviewer, args, **seen):

@@ -19,7 +19,7 @@ from plans.services.decision_links import (
     decision_link_read,
     decision_link_token,
 )
-from tests.reviewing import decider, refund_of_order_total, waiting_approval
+from tests.reviewing import decider, refund_of_order_total, shown_token, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,6 +36,11 @@ def second_reviewer(django_user_model):
     return decider(django_user_model, "dave", password="dave-pass-123")
 
 
+def shown(link):
+    """The token of the preview the link's page shows now."""
+    return shown_token(Approval.objects.get(pk=link.approval_id))
+
+
 def link_for(approval, reviewer, choice="approve"):
     return decision_link_read(
         decision_link_token(approval=approval, reviewer=reviewer, choice=choice)
@@ -43,7 +48,8 @@ def link_for(approval, reviewer, choice="approve"):
 
 
 def test_a_link_approves_through_the_service_and_the_run_goes_on(waiting, reviewer):
-    decided = approval_decide_by_link(link=link_for(waiting, reviewer), reviewer=reviewer)
+    link = link_for(waiting, reviewer)
+    decided = approval_decide_by_link(link=link, reviewer=reviewer, seen_preview=shown(link))
 
     assert decided.decision == "approved" and decided.via == "email"
     assert decided.reviewer == reviewer
@@ -57,34 +63,39 @@ def test_a_link_approves_through_the_service_and_the_run_goes_on(waiting, review
 def test_a_reject_link_needs_a_reason_and_a_refusal_leaves_the_link_unused(waiting, reviewer):
     link = link_for(waiting, reviewer, "reject")
     with pytest.raises(ApprovalRefused) as refused:
-        approval_decide_by_link(link=link, reviewer=reviewer, reason="  ")
+        approval_decide_by_link(link=link, reviewer=reviewer, seen_preview=shown(link), reason="  ")
     assert refused.value.code == "reason_required"
     assert not DecisionLinkUse.objects.exists()
 
-    decided = approval_decide_by_link(link=link, reviewer=reviewer, reason="wrong order")
+    decided = approval_decide_by_link(
+        link=link, reviewer=reviewer, seen_preview=shown(link), reason="wrong order"
+    )
     assert decided.decision == "rejected" and decided.reason == "wrong order"
 
 
 def test_a_link_decides_once_and_then_says_how_it_was_used(waiting, reviewer):
     link = link_for(waiting, reviewer)
-    approval_decide_by_link(link=link, reviewer=reviewer)
+    approval_decide_by_link(link=link, reviewer=reviewer, seen_preview=shown(link))
 
     for again in (link, link_for(waiting, reviewer, "reject")):  # the other link too
         with pytest.raises(LinkRefused) as refused:
-            approval_decide_by_link(link=again, reviewer=reviewer, reason="x")
+            approval_decide_by_link(
+                link=again, reviewer=reviewer, seen_preview=shown(again), reason="x"
+            )
         assert refused.value.code == "link_used"
         assert "you approved this step" in str(refused.value)
 
 
 def test_two_uses_at_once_decide_once(waiting, reviewer):
     link = link_for(waiting, reviewer)
+    seen = shown(link)
     start = threading.Barrier(2)
     outcomes: list[str] = []
 
     def use() -> None:
         try:
             start.wait()
-            approval_decide_by_link(link=link, reviewer=reviewer, resume=False)
+            approval_decide_by_link(link=link, reviewer=reviewer, seen_preview=seen, resume=False)
             outcomes.append("decided")
         except (LinkRefused, ApprovalRefused) as refused:
             outcomes.append(refused.code)
@@ -110,7 +121,7 @@ def test_a_link_for_changed_arguments_is_stale(waiting, reviewer):
     )  # as an edit by another of n reviewers would leave it
 
     with pytest.raises(LinkRefused) as refused:
-        approval_decide_by_link(link=link, reviewer=reviewer)
+        approval_decide_by_link(link=link, reviewer=reviewer, seen_preview=shown(link))
     assert refused.value.code == "link_stale"
     assert Approval.objects.get(pk=waiting.pk).decision == "pending"
     assert not DecisionLinkUse.objects.exists()
@@ -120,7 +131,9 @@ def test_a_link_is_refused_to_anyone_but_its_reviewer(waiting, reviewer, second_
     link = link_for(waiting, reviewer)
     for check in (
         lambda: decision_link_check(link=link, user=second_reviewer),
-        lambda: approval_decide_by_link(link=link, reviewer=second_reviewer),
+        lambda: approval_decide_by_link(
+            link=link, reviewer=second_reviewer, seen_preview=shown(link)
+        ),
     ):
         with pytest.raises(LinkRefused) as refused:
             check()
@@ -160,7 +173,8 @@ def test_a_link_keeps_four_eyes(waiting, author):
     author.user_permissions.add(Permission.objects.get(codename="decide_approval"))
     author = type(author).objects.get(pk=author.pk)
     with pytest.raises(ApprovalRefused) as refused:
-        approval_decide_by_link(link=link_for(waiting, author), reviewer=author)
+        link = link_for(waiting, author)
+        approval_decide_by_link(link=link, reviewer=author, seen_preview=shown(link))
     assert refused.value.code == "four_eyes"
     assert not DecisionLinkUse.objects.exists()
 

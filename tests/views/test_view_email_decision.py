@@ -9,7 +9,7 @@ from django.urls import reverse
 from plans.models import Approval, DecisionLinkUse
 from plans.services.approvals import approval_decide
 from plans.services.decision_links import decision_link_token
-from tests.reviewing import decider, refund_of_order_total, waiting_approval
+from tests.reviewing import decider, refund_of_order_total, shown_token, waiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +78,7 @@ def test_the_post_decides_and_a_second_one_is_refused_as_used(client, waiting, r
     client.force_login(reviewer)
     link = url(waiting, reviewer)
 
-    response = client.post(link)
+    response = client.post(link, {"preview": shown_token(waiting)})
     assert response.status_code == 200
     assert "You approved step 2" in response.content.decode()
     approval = Approval.objects.get(pk=waiting.pk)
@@ -148,3 +148,46 @@ def test_stale_decided_and_bad_links_say_so(client, waiting, reviewer, django_us
     bad = client.get(reverse("plans:email_decision", args=["not-a-token"]))
     assert bad.status_code == 400
     assert "This link is not one we sent" in bad.content.decode()
+
+
+def test_the_page_shows_the_preview_and_an_approval_is_bound_to_the_one_it_showed(
+    client, waiting, reviewer
+):
+    client.force_login(reviewer)
+    link = url(waiting, reviewer)
+    page = client.get(link).content.decode()
+    assert "Preview of the effect" in page
+    assert "Refund ₹2,499 of ₹2,499" in page
+    shown = shown_token(waiting)
+    assert f'name="preview" value="{shown}"' in page
+
+    # Another reviewer's look took the preview again since: the target moved on.
+    moved = {
+        **waiting.preview,
+        "target_version": "another-version",
+        "summary": "Refund ₹2,499 moved",
+    }
+    Approval.objects.filter(pk=waiting.pk).update(preview=moved)
+    refused = client.post(link, {"preview": shown})
+    assert refused.status_code == 409
+    page = refused.content.decode()
+    assert "Nothing was decided: read the preview" in page
+    assert "Refund ₹2,499 moved" in page  # the preview as it is now, to read first
+    assert Approval.objects.get(pk=waiting.pk).decision == "pending"
+    assert not DecisionLinkUse.objects.exists()  # the link is not spent by a refusal
+
+    again = client.post(link, {"preview": shown_token(Approval.objects.get(pk=waiting.pk))})
+    assert again.status_code == 200 and "You approved step 2" in again.content.decode()
+    assert Approval.objects.get(pk=waiting.pk).preview == moved
+
+
+def test_an_approval_posted_without_the_preview_it_was_shown_decides_nothing(
+    client, waiting, reviewer
+):
+    client.force_login(reviewer)
+
+    refused = client.post(url(waiting, reviewer))
+
+    assert refused.status_code == 409
+    assert "Refund ₹2,499 of ₹2,499" in refused.content.decode()
+    assert Approval.objects.get(pk=waiting.pk).decision == "pending"
