@@ -21,10 +21,12 @@ from django.db.models import (
     Func,
     IntegerField,
     OuterRef,
+    Prefetch,
     Q,
     QuerySet,
     Value,
     When,
+    prefetch_related_objects,
 )
 from django.utils import timezone
 
@@ -62,16 +64,31 @@ def run_visible_get(*, user: User | AnonymousUser, run_id: int) -> Run | None:
 
 
 DERIVED_SHOWN = 20
+DERIVED_KEPT = "derived_visible"  # where runs_derived_read keeps a run's derived runs
 
 
 def runs_derived(*, run: Run, user: User | AnonymousUser) -> list[Run]:
     """The forks and re-runs of this run the user may see, oldest first (at most
-    DERIVED_SHOWN + 1, so a page can tell there are more)."""
+    DERIVED_SHOWN + 1, so a page can tell there are more); as runs_derived_read kept them."""
+    kept = getattr(run, DERIVED_KEPT, None)
+    if kept is not None:
+        return kept
+    runs_derived_read([run], user=user)
+    return getattr(run, DERIVED_KEPT)
+
+
+def runs_derived_read(runs: list[Run], *, user: User | AnonymousUser) -> None:
+    """Read runs_derived for every run of a list in one query, kept on each run."""
     rule = run_visibility(user)
     if rule is None:
-        return []
-    runs = Run.objects.filter(rule, origin=run).order_by("pk")
-    return list(runs.only("pk", "origin_kind", "origin_plan_version")[: DERIVED_SHOWN + 1])
+        for run in runs:
+            setattr(run, DERIVED_KEPT, [])
+        return
+    derived = Run.objects.filter(rule).order_by("pk")
+    derived = derived.only("pk", "origin_id", "origin_kind", "origin_plan_version")
+    prefetch_related_objects(
+        runs, Prefetch("derived_runs", queryset=derived[: DERIVED_SHOWN + 1], to_attr=DERIVED_KEPT)
+    )
 
 
 def run_get(run_id: int) -> Run:

@@ -21,6 +21,7 @@ from plans.selectors.runs import (
     RUN_SORTS,
     RunFilters,
     authors_with_goals,
+    runs_derived_read,
     runs_page,
     runs_progress,
 )
@@ -112,6 +113,7 @@ def run_list(request: SignedInRequest) -> HttpResponse:
         size=RUNS_PER_PAGE,
     )
     progress = runs_progress([run.pk for run in page.object_list])
+    runs_derived_read([run for run in page.object_list if run.origin_id], user=request.user)
     context = {
         "form": form,
         "page": page,

@@ -381,9 +381,7 @@ def test_the_replay_plans_with_the_catalog_the_run_was_planned_with(author, monk
     assert sent["replay"] == sent["run"]
 
 
-def test_a_replayed_plan_cut_off_at_max_tokens_is_repaired_with_a_higher_limit(
-    author, monkeypatch
-):
+def test_a_replayed_plan_cut_off_at_max_tokens_is_repaired_with_a_higher_limit(author, monkeypatch):
     """The replay repairs a plan as a run does: a reply cut off at its limit gets twice the room."""
     from plans.evals import replay as replay_module
     from plans.llm import Completion, Usage

@@ -351,3 +351,33 @@ def test_hostile_goal_text_is_shown_as_text(client, author):
     assert executable_markup(page) == []
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_forks_on_a_page_read_their_lineage_in_one_query_and_show_only_visible_runs(
+    client, author, other_author
+):
+    def fork_of(origin, person, kind=Run.Origin.FORK):
+        run = make_run(person, tools=["price"])
+        Run.objects.filter(pk=run.pk).update(origin=origin, origin_kind=kind)
+        return run
+
+    def queries_for_a_page():
+        with CaptureQueriesContext(connection) as queries:
+            response = get(client, tool="price")
+        return len(queries), response.content.decode()
+
+    origin = make_run(author, tools=["price"])
+    first = fork_of(origin, author)
+    client.force_login(author)
+    with_one, _ = queries_for_a_page()
+    forks = [fork_of(origin, author) for _ in range(12)]
+    rerun_of_fork = fork_of(forks[0], author, Run.Origin.RERUN)
+    hidden = fork_of(forks[0], other_author)  # another author's: not the author's to see
+
+    count, page = queries_for_a_page()
+
+    assert count == with_one
+    assert f're-run as <a href="/runs/{rerun_of_fork.pk}/">run #{rerun_of_fork.pk}</a>' in page
+    assert f"run #{hidden.pk}<" not in page
+    # The origin's own row has no lineage line: its forks are listed on its page.
+    assert f'forked as <a href="/runs/{first.pk}/">' not in page
