@@ -1,13 +1,10 @@
 """A live daphne (manage.py serve, own SQLite) and Debian's chromium driven by Playwright."""
 
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp_tools.servers import EVERYTHING_STDIO, TIME_SERVER
+from tests.servers import free_port, site_served
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -43,12 +41,6 @@ PASSWORDS = {
     "finance": "finance-demo-pass",
     "operator": "operator-demo-pass",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -108,7 +100,7 @@ def mail_sink():
                 sink.arrived.notify_all()
             return "250 OK"
 
-    port = _free_port()
+    port = free_port()
     controller = Controller(Handler(), hostname="127.0.0.1", port=port)
     controller.start()
     sink.port = port
@@ -133,51 +125,19 @@ def served(var_dir: Path, *, mail_port: int | None = None, **extra_env: str):
     given); yields (url, env, log path) once it answers, and stops it when resumed. A module
     with settings of its own (approval rules) serves its own site: the shared one keeps the
     defaults."""
-    port = _free_port()
     env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"ANTHROPIC_API_KEY", "AGENTSITE_DATABASE_URL", "AGENTSITE_REDIS_URL"}
-    }
-    env.update(
-        AGENTSITE_VAR_DIR=str(var_dir),
-        AGENTSITE_MODEL_BACKEND="offline",
-        AGENTSITE_TASKS_BACKEND="django_tasks_db.DatabaseBackend",
-        DJANGO_SETTINGS_MODULE="tests.browser.strict_csp_settings",
-        PYTHONUNBUFFERED="1",
-        AGENTSITE_BASE_URL=f"http://127.0.0.1:{port}",
-        # echo and explode, for runs a test creates with manage.py run_goal --plan-file.
-        AGENTSITE_TOOL_MODULES="tests.support_tools",
+        "DJANGO_SETTINGS_MODULE": "tests.browser.strict_csp_settings",
         # Real MCP servers (test_browser_mcp_approval, test_browser_mcp_servers), started in the
         # background when the server process starts.
-        AGENTSITE_MCP_SERVERS=json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
+        "AGENTSITE_MCP_SERVERS": json.dumps({"time": TIME_SERVER, "everything": EVERYTHING_STDIO}),
         **extra_env,
-    )
+    }
     if mail_port is not None:
         env.update(AGENTSITE_SMTP_HOST="127.0.0.1", AGENTSITE_SMTP_PORT=str(mail_port))
-    log_path = var_dir / "server.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
-            [sys.executable, "manage.py", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_S
-    while not _answers(f"{url}/accounts/login/"):
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            pytest.fail(f"the server did not start:\n{log_path.read_text()[-4000:]}")
-        time.sleep(0.2)
-    yield url, env, log_path
-    server.terminate()
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
+    for url, site_env in site_served(
+        var_dir, lambda url: _answers(f"{url}/accounts/login/"), **env
+    ):
+        yield url, site_env, var_dir / "server.log"
 
 
 @pytest.fixture

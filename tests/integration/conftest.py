@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -101,12 +100,6 @@ def _every_thread_reconnects(connections) -> None:
     from test to test (the tool pool, recorders, the lease keeper), and a wrapper made before
     the switch would still reach the old database (a tool's query ran on SQLite)."""
     connections._connections = Local(connections.thread_critical)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Process:

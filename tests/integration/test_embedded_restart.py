@@ -8,9 +8,10 @@ from django.contrib.auth import get_user_model
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
 from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
-from tests.integration.conftest import base_env, free_port, sqlite_settings, wait_for_http
+from tests.integration.conftest import base_env, sqlite_settings, wait_for_http
 from tests.integration.it_tools import gate_open
 from tests.integration.support import seqs_of, wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.multiprocess
 

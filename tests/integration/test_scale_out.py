@@ -30,12 +30,12 @@ from plans.services.approvals import approval_decide
 from plans.services.runs import run_create, run_start
 from tests.integration.conftest import (
     base_env,
-    free_port,
     postgres_settings,
     wait_for_http,
 )
 from tests.integration.it_tools import gate_open
 from tests.integration.support import wait_until
+from tests.servers import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.multiprocess]
 

@@ -11,8 +11,9 @@ from django_tasks_db.models import DBTaskResult
 
 from plans.models import Run
 from plans.services.runs import run_create, run_start
-from tests.integration.conftest import base_env, free_port, sqlite_settings, wait_for_http
+from tests.integration.conftest import base_env, sqlite_settings, wait_for_http
 from tests.integration.support import wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.multiprocess
 

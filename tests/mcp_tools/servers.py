@@ -4,11 +4,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tests.servers import free_port
 
 # The official reference servers: the tests trust their annotations (readOnlyHint), as an
 # operator who has vetted them would; tests/mcp_tools/hostile_server.py is the one not trusted.
@@ -56,12 +57,6 @@ EVERYTHING_STDIO = {
 
 def everything_installed() -> bool:
     return EVERYTHING_JS.exists() and shutil.which("node") is not None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextlib.contextmanager

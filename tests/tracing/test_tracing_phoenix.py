@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,17 +22,12 @@ from plans.services.approvals import approval_decide
 from plans.services.runs import run_create
 from plans.tracing.spans import HealthTrackingExporter, RunTracer, new_provider
 from tests.engine.engine_catalog import SEED_PLAN
+from tests.servers import free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX = Path(os.environ.get("AGENTSITE_PHOENIX", ROOT / ".venv-phoenix" / "bin" / "phoenix"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
