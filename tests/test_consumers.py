@@ -78,6 +78,12 @@ async def next_state(socket):
             return message
 
 
+async def stated_up_to(socket, seq):
+    """Receive until the push saying the page shows what the events up to seq changed."""
+    while stated_seq(await socket.receive_from(RECEIVE_S)) != seq:
+        pass
+
+
 def stated_seq(html):
     """The seq a push says the page now shows the changes of (None: it says nothing of that)."""
     found = re.search(r'<div id="stated-seq" data-seq="(\d+)"', html)
@@ -100,7 +106,7 @@ async def following(socket, run):
     """Wait until the consumer follows the run: an event appended now comes back to us."""
     (seq,) = await append(run, "run_status")
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [seq]
-    await next_state(socket)  # its header and totals: the first this socket sends
+    await stated_up_to(socket, seq)  # what it changed follows
     return seq
 
 
