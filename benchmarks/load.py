@@ -454,8 +454,10 @@ def section_pages(count: int, repeats: int) -> None:
 
 def watch_run(
     url: str, origin: str, cookie: str, run_id: int, ready: threading.Barrier
-) -> dict[int, float]:
-    """A run page's socket: when each seq was first received (time.time()), until it finishes."""
+) -> tuple[dict[int, float], dict[int, float]]:
+    """A run page's socket, until its run finishes: when each seq's line was first received
+    (time.time()), and when what it changed (the stated-seq marker that follows header, totals
+    and rows) was."""
     import re
 
     from websockets.sync.client import connect
@@ -463,7 +465,9 @@ def watch_run(
     from plans.models import RunEvent
 
     seq_re = re.compile(r'data-seq="(\d+)"')
+    stated_re = re.compile(r'id="stated-seq" data-seq="(\d+)"')
     received: dict[int, float] = {}
+    stated: dict[int, float] = {}
     with connect(
         url, origin=origin, additional_headers={"Cookie": cookie}, proxy=None, open_timeout=10
     ) as ws:
@@ -479,11 +483,18 @@ def watch_run(
             now = time.time()
             for seq in seq_re.findall(str(html)):
                 received.setdefault(int(seq), now)
-    return received
+            for last in stated_re.findall(str(html)):
+                for seq in received:
+                    if seq <= int(last):
+                        stated.setdefault(seq, now)
+    return received, stated
 
 
-def follow_stream(url: str, cookie: str, run_id: int, ready: threading.Barrier) -> dict[int, float]:
-    """The API's event stream of a run: when each seq was received (time.time()), to its end."""
+def follow_stream(
+    url: str, cookie: str, run_id: int, ready: threading.Barrier
+) -> tuple[dict[int, float], dict[int, float]]:
+    """The API's event stream of a run: when each seq was received (time.time()), to its end
+    (and no changes apart: an event is all it sends)."""
     import json
 
     import httpx
@@ -497,7 +508,7 @@ def follow_stream(url: str, cookie: str, run_id: int, ready: threading.Barrier) 
         for line in response.iter_lines():
             if line.startswith("data: "):
                 received.setdefault(json.loads(line[6:])["seq"], time.time())
-    return received
+    return received, {}
 
 
 def process_cpu_s(pid: int) -> float:
@@ -566,6 +577,7 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
         origin = f"http://127.0.0.1:{port}"
         for concurrent, sockets, client in EVENTS_SHAPES:
             latencies: list[float] = []
+            changes: list[float] = []  # to the page showing what the event changed
             cpu_before = process_cpu_s(server.pid)
             with ThreadPoolExecutor(concurrent * sockets) as pool:
                 for _ in range(rounds):
@@ -606,11 +618,13 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
                     for run in runs:
                         run_start(run)
                     for run, watch in watches:
-                        received = watch.result()
+                        received, stated = watch.result()
                         for event in RunEvent.objects.filter(run=run):
                             at = event.at.timestamp()
                             if event.seq in received and at > connected:
                                 latencies.append((received[event.seq] - at) * 1000)
+                            if event.seq in stated and at > connected:
+                                changes.append((stated[event.seq] - at) * 1000)
             if not latencies:
                 raise RuntimeError("no event reached the socket")
             # The server's CPU (its `dot` runs included) per run: what a loaded machine
@@ -621,11 +635,17 @@ def section_events(var_dir: str, rounds: int, *, redis: bool = False) -> None:
             )
             if client == "stream":
                 shape += ", followed by the API's event stream (no socket)"
+            stated_p95 = (
+                f"its changes p50 {statistics.median(changes):.0f} ms, "
+                f"p95 {percentile(changes, 0.95):.0f} ms, "
+                if changes
+                else ""
+            )
             print(
                 f"  {shape}, {len(latencies)} receipts: "
                 f"p50 {statistics.median(latencies):.0f} ms, "
                 f"p95 {percentile(latencies, 0.95):.0f} ms, max {max(latencies):.0f} ms, "
-                f"server CPU {server_cpu * 1000:.0f} ms per run "
+                f"{stated_p95}server CPU {server_cpu * 1000:.0f} ms per run "
                 f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
             )
         print(

@@ -1,8 +1,11 @@
 """Websockets: a run page's live updates, and the reviewers' pending-approvals badge.
 
 Both push HTML fragments with out-of-band swaps, rendered on the server from the same
-template partials as the pages (the htmx ws extension swaps them in). A run's push is
-rendered once per batch and permission view, and sent to every socket watching the run.
+template partials as the pages (the htmx ws extension swaps them in). A run's batch of events
+goes out first as its timeline rows, drawn from the events alone on the event loop; what the
+events changed (header, totals, step rows) follows, read and rendered once per batch and
+permission view on a thread, and each socket sends only the parts that differ from what it sent
+last. The graph comes last, now and then.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
@@ -31,7 +35,8 @@ from plans.ui.run_page import (
     answer_delta_fragment,
     graph_fragment,
     live_fragment_needs_graph,
-    live_push,
+    live_state,
+    live_timeline,
     push_view,
 )
 
@@ -49,6 +54,10 @@ GRAPH_REDRAW_S = 0.25
 # most: they get each batch at about the same moment), and this many at most are kept.
 RENDER_KEEP_S = 2.0
 RENDERS_KEPT = 256
+# A live batch of at most this many events has its timeline rows drawn on the event loop (well
+# under a millisecond each: no database, no hop to a thread); a longer one, as a replay from the
+# log is, on a thread.
+TIMELINE_ON_LOOP = 32
 
 Rendered = TypeVar("Rendered")
 
@@ -95,19 +104,31 @@ class SharedRenders:
         self._renders: OrderedDict[Hashable, tuple[float, asyncio.Future[Any]]] = OrderedDict()
 
     async def get(
-        self, key: Hashable, render: Callable[[], Rendered], *, turns: Turns | None = None
+        self,
+        key: Hashable,
+        render: Callable[[], Rendered],
+        *,
+        turns: Turns | None = None,
+        on_loop: bool = False,
     ) -> Rendered:
+        """The render for key: this process's, or a new one on a thread (on_loop: here, for
+        renders that read no database and take well under a millisecond)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._forget_old(now)
         held = self._renders.get(key)
         # A future belongs to its loop: a test's new loop, or a failed render, starts afresh.
         if held is None or held[1].get_loop() is not loop or held[1].cancelled():
-            # Off the one shared sync thread: a push does not queue behind other sockets' work.
-            rendering = db_async(render)
-            work = rendering() if turns is None else turns.run(rendering)
-            future = asyncio.ensure_future(work)
-            future.add_done_callback(lambda done: self._forget_failed(key, done))
+            future: asyncio.Future[Any]
+            if on_loop:
+                future = loop.create_future()
+                future.set_result(render())
+            else:
+                # Off the one shared sync thread: a push does not queue behind other sockets'.
+                rendering = db_async(render)
+                work = rendering() if turns is None else turns.run(rendering)
+                future = asyncio.ensure_future(work)
+                future.add_done_callback(lambda done: self._forget_failed(key, done))
             held = self._renders[key] = (now, future)
         # Shielded: a socket that closes while it waits does not cancel the others' render.
         return await asyncio.shield(held[1])
@@ -213,13 +234,18 @@ class RunConsumer(SessionBound):
     # Batches received but not yet pushed, and the task pushing them (see run_events).
     pending: list[dict[str, Any]]
     pusher: asyncio.Task[None] | None = None
+    # Events sent whose changes are not yet, the task sending those, and what this socket last
+    # sent of each part of the page (by element id): an unchanged part is not sent again.
+    unstated: list[dict[str, Any]]
+    stater: asyncio.Task[None] | None = None
+    parts_sent: dict[str, str]
     graph_task: asyncio.Task[None] | None = None
     graph_again = False
     graph_drawn_at = float("-inf")
 
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        self.pending = []
+        self.pending, self.unstated, self.parts_sent = [], [], {}
         # One push renders and goes out at a time, so pushes leave in seq order.
         self.pushing = asyncio.Lock()
         user = self.scope.get("user")
@@ -245,7 +271,7 @@ class RunConsumer(SessionBound):
         await super().disconnect(code)
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-        for task in (self.pusher, self.graph_task):
+        for task in (self.pusher, self.stater, self.graph_task):
             if task is not None:
                 task.cancel()
 
@@ -258,6 +284,9 @@ class RunConsumer(SessionBound):
             return
         resume_after = message.get("resume_after") if isinstance(message, dict) else None
         if type(resume_after) is int and 0 <= resume_after <= MAX_ID:
+            if resume_after < self.last_sent:
+                # The page lost pushes: what it shows of the run may be older than what was sent.
+                self.parts_sent.clear()
             await self.replay(after=resume_after)
 
     async def run_events(self, message: dict[str, Any]) -> None:
@@ -272,8 +301,11 @@ class RunConsumer(SessionBound):
             self.pusher = asyncio.ensure_future(self._push_pending())
 
     async def _push_pending(self) -> None:
+        await self._closing_on_failure(self._push_while_pending())
+
+    async def _closing_on_failure(self, pushing: Awaitable[None]) -> None:
         try:
-            await self._push_while_pending()
+            await pushing
         except Exception:
             # As a failing handler would: close, so the client reconnects and replays.
             logger.exception("run %s: a push failed", self.run_id)
@@ -305,30 +337,58 @@ class RunConsumer(SessionBound):
             await self._replay_holding_lock(after=after)
 
     async def _replay_holding_lock(self, *, after: int) -> None:
-        events = await db_async(run_events_after)(self.run_id, after)
+        def read() -> tuple[list[dict[str, Any]], str]:
+            events = run_events_after(self.run_id, after)
+            return events, live_timeline(events) if events else ""
+
+        # The log may hold thousands of events: read and drawn on a thread.
+        events, timeline = await db_async(read)()
         if events:
-            await self._send_events(events)
+            await self._send_events(events, timeline=timeline)
         else:
             self.last_sent = max(self.last_sent, after)
 
-    async def _send_events(self, events: list[dict[str, Any]]) -> None:
+    async def _send_events(self, events: list[dict[str, Any]], *, timeline: str = "") -> None:
+        """The events' timeline rows now; what they changed (_send_state) follows."""
         if self.signed_out:
             return
-        # Once per batch and view for every socket on the run; seqs run without gaps, so the
-        # first and last name the batch. The graph (a `dot` run) follows apart.
-        key = ("events", self.run_id, events[0]["seq"], events[-1]["seq"], self.view)
-        user = self.scope["user"]
-        push = await shared_renders.get(
-            key, lambda: live_push(self.run_id, events, user, graph=False)
-        )
+        if not timeline:
+            # Once per batch for every socket on the run (no view sees them differently);
+            # seqs run without gaps, so the first and last name the batch.
+            key = ("timeline", self.run_id, events[0]["seq"], events[-1]["seq"])
+            timeline = await shared_renders.get(
+                key, lambda: live_timeline(events), on_loop=len(events) <= TIMELINE_ON_LOOP
+            )
         # The credential is checked just before the send: nothing leaves after it lapsed.
         if not await self.still_signed_in():
             return
         self.last_sent = max(self.last_sent, events[-1]["seq"])
-        for html in push.messages():
-            await self.send(text_data=html)
-        if live_fragment_needs_graph(events):
-            self._graph_due()
+        await self.send(text_data=timeline)
+        self.unstated.extend(events)
+        if self.stater is None or self.stater.done():
+            self.stater = asyncio.ensure_future(self._closing_on_failure(self._send_state()))
+
+    async def _send_state(self) -> None:
+        """What the events sent changed, as the run is now: one render at a time, so events
+        sent while one renders are stated together in the next, the latest state last."""
+        user = self.scope["user"]
+        while self.unstated and not self.signed_out:
+            events, self.unstated = self.unstated, []
+            seqs = [event["seq"] for event in events]
+            # Once per batch and view for every socket on the run.
+            key = ("state", self.run_id, self.view, min(seqs), max(seqs), len(seqs))
+            state = await shared_renders.get(key, partial(live_state, self.run_id, events, user))
+            sent = self.parts_sent
+            changed = "".join(html for at, html in state.parts.items() if sent.get(at) != html)
+            # The rows first, the marker last: a page that has the marker has the rest.
+            messages = [html for html in (state.rows_html, changed + state.stated_html) if html]
+            if not await self.still_signed_in():
+                return
+            self.parts_sent.update(state.parts)
+            for html in messages:
+                await self.send(text_data=html)
+            if live_fragment_needs_graph(events):
+                self._graph_due()
 
     def _graph_due(self) -> None:
         """Redraw the graph: one drawing at a time per socket, at most one every

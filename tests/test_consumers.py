@@ -62,11 +62,37 @@ def timeline_seqs(html):
 
 
 async def next_events(socket):
-    """The next push that carries events: a graph redraw may come between (a push of its own)."""
+    """The next push that carries events: what earlier ones changed may come between (pushes of
+    their own: the header and totals, step rows, the graph)."""
     while True:
         message = await socket.receive_from(RECEIVE_S)
         if timeline_seqs(message):
             return message
+
+
+async def next_state(socket):
+    """The next push of the run's header (what a batch of events changed follows its rows)."""
+    while True:
+        message = await socket.receive_from(RECEIVE_S)
+        if 'id="run-header"' in message:
+            return message
+
+
+async def stated_up_to(socket, seq):
+    """Receive until the push saying the page shows what the events up to seq changed."""
+    while stated_seq(await socket.receive_from(RECEIVE_S)) != seq:
+        pass
+
+
+def stated_seq(html):
+    """The seq a push says the page now shows the changes of (None: it says nothing of that)."""
+    found = re.search(r'<div id="stated-seq" data-seq="(\d+)"', html)
+    return int(found.group(1)) if found else None
+
+
+def only_stated(html):
+    """Whether a push is the stated marker alone: a batch that changed nothing shown."""
+    return stated_seq(html) is not None and html.count("<") == 2  # <div ...></div>
 
 
 @database_sync_to_async
@@ -80,6 +106,7 @@ async def following(socket, run):
     """Wait until the consumer follows the run: an event appended now comes back to us."""
     (seq,) = await append(run, "run_status")
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [seq]
+    await stated_up_to(socket, seq)  # what it changed follows
     return seq
 
 
@@ -185,7 +212,7 @@ async def test_a_live_event_arrives_once_even_if_it_is_delivered_twice(
         },
     )
     (later,) = await append(finished_run, "run_status")
-    second = await socket.receive_from(RECEIVE_S)
+    second = await next_events(socket)
 
     assert timeline_seqs(first) == [live]
     assert timeline_seqs(second) == [later]
@@ -249,7 +276,7 @@ async def test_asking_when_nothing_was_missed_sends_nothing(finished_run, client
     last = finished_run.last_seq
     await socket.send_json_to({"resume_after": last})
     await socket.send_json_to({"resume_after": last - 1})  # answered in order, after the first
-    message = await socket.receive_from(RECEIVE_S)
+    message = await next_events(socket)
 
     assert timeline_seqs(message) == [last]  # the first question got no answer
     await socket.disconnect()
@@ -269,7 +296,7 @@ async def test_answer_tokens_are_appended_escaped(finished_run, client, author):
     await socket.disconnect()
 
 
-async def test_a_step_event_updates_its_row_totals_and_status_and_then_the_graph(
+async def test_an_events_rows_come_first_then_the_header_totals_and_step_rows_then_the_graph(
     finished_run, client, author
 ):
     session = await database_sync_to_async(session_of)(client, author)
@@ -277,22 +304,53 @@ async def test_a_step_event_updates_its_row_totals_and_status_and_then_the_graph
         f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq - 1}", session
     )
 
-    message = await socket.receive_from(RECEIVE_S)
+    replay = await socket.receive_from(RECEIVE_S)
+    state = await socket.receive_from(RECEIVE_S)
     with_step = await database_sync_to_async(append_events_with_step)(finished_run)
     update = await socket.receive_from(RECEIVE_S)
     rows = await socket.receive_from(RECEIVE_S)
+    stated = await socket.receive_from(RECEIVE_S)
     graph = await socket.receive_from(RECEIVE_S)
 
-    assert 'id="run-header"' in message and 'id="run-totals"' in message
+    # The rows (drawn from the events alone) are not held up by the reads the rest needs.
+    assert timeline_seqs(replay) == [finished_run.last_seq]
+    assert 'id="last-seq"' in replay and 'id="run-header"' not in replay
+    assert 'id="run-header"' in state and 'id="run-totals"' in state
+    assert 'id="last-seq"' not in state  # only a push of events moves the gap check's seq
+    assert stated_seq(state) == finished_run.last_seq  # the reconnect's resume point, last
+    assert state.rstrip().endswith("</div>") and state.rstrip().rsplit("<div", 1)[1].startswith(
+        ' id="stated-seq"'
+    )
     assert timeline_seqs(update) == [with_step]
     # Only the changed step's row is swapped, in a message of its own: not the whole table.
     assert 'id="steps-table"' not in update and "<tr" not in update
     assert step_row_ids(rows) == [3]
     assert 'hx-swap-oob="true"' in rows and rows.lstrip().startswith("<tr")
+    # The header and totals did not change, so they are not sent again: the marker alone.
+    assert only_stated(stated) and stated_seq(stated) == with_step
     # The event is not held up by the graph's drawing: that comes next, on its own.
     assert 'id="graph"' not in update
     assert graph.lstrip().startswith('<div id="graph" class="graph" hx-swap-oob="true">')
     assert "<svg" in graph
+    await socket.disconnect()
+
+
+async def test_a_header_whose_run_changed_is_sent_again(finished_run, client, author):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    await following(socket, finished_run)
+
+    await database_sync_to_async(Run.objects.filter(pk=finished_run.pk).update)(
+        status=Run.Status.FAILED
+    )
+    (seq,) = await append(finished_run, "run_status")
+    update = await socket.receive_from(RECEIVE_S)
+    state = await socket.receive_from(RECEIVE_S)
+
+    assert timeline_seqs(update) == [seq]
+    assert 'data-status="failed"' in state and 'id="run-totals"' not in state
     await socket.disconnect()
 
 
@@ -370,14 +428,14 @@ async def test_seqs_out_of_range_are_ignored_and_the_socket_carries_on(
     for nonsense in (int(huge), -5, True):
         await socket.send_json_to({"resume_after": nonsense})
     await socket.send_json_to({"resume_after": last - 1})
-    message = await socket.receive_from(RECEIVE_S)
+    message = await next_events(socket)
 
     assert sorted(timeline_seqs(whole_log)) == list(range(1, last + 1))
     assert timeline_seqs(message) == [last]
     await socket.disconnect()
 
 
-async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order(
+async def test_batches_go_out_while_what_an_earlier_one_changed_renders_and_that_follows_once(
     finished_run, client, author, monkeypatch
 ):
     from plans import consumers
@@ -387,32 +445,32 @@ async def test_batches_that_arrive_while_a_push_renders_go_out_together_in_order
         f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
     )
     await following(socket, finished_run)
-    rendering, both_queued = threading.Event(), threading.Event()
-    render, handle = consumers.live_push, consumers.RunConsumer.run_events
-    queued = []
+    rendering, both_sent = threading.Event(), threading.Event()
+    render, stated = consumers.live_state, []
 
-    def slow_render(run_id, events, viewer, **options):
+    def slow_render(run_id, events, viewer):
+        stated.append([event["seq"] for event in events])
         if not rendering.is_set():
             rendering.set()
-            both_queued.wait(RECEIVE_S)  # the next two batches come in meanwhile
-        return render(run_id, events, viewer, **options)
+            both_sent.wait(RECEIVE_S)  # the next two batches go out meanwhile
+        return render(run_id, events, viewer)
 
-    async def counting(self, message):
-        await handle(self, message)
-        queued.append(message)
-        if len(queued) == 3:
-            both_queued.set()
-
-    monkeypatch.setattr(consumers, "live_push", slow_render)
-    monkeypatch.setattr(consumers.RunConsumer, "run_events", counting)
+    monkeypatch.setattr(consumers, "live_state", slow_render)
 
     (first,) = await append(finished_run, "run_status")
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [first]
     await asyncio.get_running_loop().run_in_executor(None, rendering.wait, RECEIVE_S)
     second = await append(finished_run, "run_status", "run_status")
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == second
     third = await append(finished_run, "run_status")
+    assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == third
+    both_sent.set()
+    markers = [await socket.receive_from(RECEIVE_S) for _ in range(2)]
 
-    assert timeline_seqs(await next_events(socket)) == [first]
-    assert timeline_seqs(await next_events(socket)) == [*second, *third]
+    # Nothing they changed was not sent already: the markers alone, the latest last.
+    assert [stated_seq(m) for m in markers if only_stated(m)] == [first, third[-1]]
+    assert await socket.receive_nothing(0.2)
+    assert stated == [[first], [*second, *third]]  # the two batches in one render
     await socket.disconnect()
 
 
@@ -431,10 +489,12 @@ async def test_a_graph_is_redrawn_at_most_every_so_often_and_the_latest_state_la
     first = await database_sync_to_async(append_events_with_step)(finished_run)
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [first]
     assert step_row_ids(await socket.receive_from(RECEIVE_S)) == [3]
+    assert stated_seq(await socket.receive_from(RECEIVE_S)) == first
     assert 'id="graph"' in await socket.receive_from(RECEIVE_S)  # the first change: at once
     second = await database_sync_to_async(append_events_with_step)(finished_run)
     assert timeline_seqs(await socket.receive_from(RECEIVE_S)) == [second]
     assert step_row_ids(await socket.receive_from(RECEIVE_S)) == [3]
+    assert stated_seq(await socket.receive_from(RECEIVE_S)) == second
     assert await socket.receive_nothing(0.2)  # the next drawing waits for its turn
     assert 'id="graph"' in await socket.receive_from(RECEIVE_S)
     await socket.disconnect()
@@ -444,16 +504,22 @@ async def test_a_graph_is_redrawn_at_most_every_so_often_and_the_latest_state_la
 
 
 def counting_renders(monkeypatch):
-    """Count live_push calls (the renders): each is one run's push for one permission view."""
+    """Count the renders: live_state calls (each one run's changes for one permission view) and
+    live_timeline calls (a batch's rows, for every view)."""
     from plans import consumers
 
-    render, calls = consumers.live_push, []
+    state, timeline, calls = consumers.live_state, consumers.live_timeline, []
 
-    def counted(run_id, events, viewer, **options):
-        calls.append(run_id)
-        return render(run_id, events, viewer, **options)
+    def state_counted(run_id, events, viewer):
+        calls.append(("state", run_id))
+        return state(run_id, events, viewer)
 
-    monkeypatch.setattr(consumers, "live_push", counted)
+    def timeline_counted(events):
+        calls.append(("timeline", events[0]["run"]))
+        return timeline(events)
+
+    monkeypatch.setattr(consumers, "live_state", state_counted)
+    monkeypatch.setattr(consumers, "live_timeline", timeline_counted)
     return calls
 
 
@@ -470,6 +536,7 @@ async def watching(run, users):
     (seq,) = await append(run, "run_status")
     for socket in sockets:  # live, or read from the log by a socket that joined just after
         assert timeline_seqs(await next_events(socket)) == [seq]
+        await next_state(socket)
     return sockets
 
 
@@ -481,8 +548,11 @@ async def test_ten_sockets_on_one_run_cause_one_render_and_get_the_same_push(
 
     (seq,) = await append(finished_run, "run_status")
     pushes = [await socket.receive_from(RECEIVE_S) for socket in sockets]
+    for socket in sockets:  # the header and totals did not change: the stated marker alone
+        assert only_stated(await socket.receive_from(RECEIVE_S))
+        assert await socket.receive_nothing(0.2)
 
-    assert renders == [finished_run.pk]
+    assert sorted(renders) == [("state", finished_run.pk), ("timeline", finished_run.pk)]
     assert all(timeline_seqs(push) == [seq] for push in pushes)
     assert len(set(pushes)) == 1
     for socket in sockets:
@@ -526,14 +596,20 @@ def decision_buttons(push):
 async def test_each_permission_view_is_rendered_once_and_a_reader_gets_no_decision(
     held_run, client, deciders, monkeypatch
 ):
-    names = list(deciders)
-    sockets = await watching(held_run, list(deciders.values()))
+    from django.test import Client
+
     renders = counting_renders(monkeypatch)
+    sessions = [await database_sync_to_async(session_of)(Client(), u) for u in deciders.values()]
+    sockets = [
+        await open_socket(f"/ws/runs/{held_run.pk}/?after={held_run.last_seq - 1}", session)
+        for session in sessions
+    ]
+    for socket in sockets:
+        await next_events(socket)  # the replayed event
+    states = [await next_state(socket) for socket in sockets]
+    pushes = dict(zip(deciders, states, strict=True))
 
-    await append(held_run, "run_status")
-    pushes = dict(zip(names, [await s.receive_from(RECEIVE_S) for s in sockets], strict=True))
-
-    assert len(renders) == 3  # four sockets, three views
+    assert [kind for kind, _ in renders].count("state") == 3  # four sockets, three views
     assert pushes["reader"] == pushes["another reader"]
     assert decision_buttons(pushes["reader"]) == {}
     assert 'name="decision"' not in pushes["reader"]
@@ -546,6 +622,43 @@ async def test_each_permission_view_is_rendered_once_and_a_reader_gets_no_decisi
     assert decision_buttons(pushes["own goal"]) == {"reject": True, "approve": True}
     for socket in sockets:
         await socket.disconnect()
+
+
+async def test_a_live_batchs_rows_are_drawn_once_for_every_view_and_its_changes_once_per_view(
+    held_run, deciders, monkeypatch
+):
+    sockets = await watching(held_run, list(deciders.values()))
+    renders = counting_renders(monkeypatch)
+
+    (seq,) = await append(held_run, "run_status")
+    pushes = [await socket.receive_from(RECEIVE_S) for socket in sockets]
+    for socket in sockets:  # what it changed: the stated marker at least
+        assert stated_seq(await socket.receive_from(RECEIVE_S)) == seq
+
+    assert len(set(pushes)) == 1 and timeline_seqs(pushes[0]) == [seq]
+    assert sorted(renders) == [("state", held_run.pk)] * 3 + [("timeline", held_run.pk)]
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_a_page_that_lost_pushes_gets_the_header_and_totals_again(
+    finished_run, client, author
+):
+    session = await database_sync_to_async(session_of)(client, author)
+    socket = await open_socket(
+        f"/ws/runs/{finished_run.pk}/?after={finished_run.last_seq}", session
+    )
+    seq = await following(socket, finished_run)
+
+    # Asked for what follows an event before the last it was sent: the page missed some.
+    await socket.send_json_to({"resume_after": seq - 1})
+    replayed = await socket.receive_from(RECEIVE_S)
+    state = await socket.receive_from(RECEIVE_S)
+
+    assert timeline_seqs(replayed) == [seq]
+    assert 'id="run-header"' in state and 'id="run-totals"' in state
+    assert stated_seq(state) == seq
+    await socket.disconnect()
 
 
 async def test_a_shared_push_is_not_sent_to_a_socket_whose_session_ended(

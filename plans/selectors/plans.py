@@ -6,11 +6,12 @@ import functools
 from collections.abc import Collection
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connections, router
 from django.db.models import Model
 
 from plans.bulk import column_sql, rows_where
-from plans.models import Approval, HumanQuestion, ModelCall, Plan, Run, Step, ToolCall
+from plans.models import Approval, Goal, HumanQuestion, ModelCall, Plan, Run, Step, ToolCall
 from plans.selectors.runs import progress_status
 
 
@@ -23,7 +24,27 @@ def plan_current(run: Run) -> Plan | None:
 
 def plan_shown(run: Run) -> Plan | None:
     """The plan the run page shows: the current valid one, else the latest (invalid) attempt."""
-    return plan_current(run) or run.plans.order_by("-version").first()
+    if plan := plan_current(run):
+        return plan
+    latest = rows_where(Plan, run=run.pk, order_by="-version", limit=1)
+    return latest[0] if latest else None
+
+
+def run_with_goal(run_id: int) -> Run:
+    """The run with its goal and the goal's author, as a run page's push shows them (raises
+    Run.DoesNotExist).
+
+    Prepared SQL, one table at a time: every push of a watched run reads them, and the ORM's
+    join costs ten times the three reads (~0.2 ms).
+    """
+    runs = rows_where(Run, id=run_id)
+    if not runs:
+        raise Run.DoesNotExist(f"no run {run_id}")
+    run = runs[0]
+    (goal,) = rows_where(Goal, id=run.goal_id)
+    (goal.author,) = rows_where(get_user_model(), id=goal.author_id)
+    run.goal = goal
+    return run
 
 
 def plan_version_get(run: Run, version: int | None) -> Plan | None:
@@ -41,7 +62,7 @@ def plans_valid(run: Run) -> list[Plan]:
 
 def plan_steps_list(plan: Plan | None) -> list[Step]:
     """The plan's steps in step order (none without a plan)."""
-    return list(plan.steps.all()) if plan else []
+    return rows_where(Step, plan=plan.pk, order_by="step_id") if plan else []
 
 
 def plan_step_tally(plan: Plan | None) -> tuple[dict[str, int], int, int]:
@@ -60,11 +81,19 @@ def plan_step_tally(plan: Plan | None) -> tuple[dict[str, int], int, int]:
     return statuses, max(started, default=0), max((row[3] for row in rows), default=0)
 
 
+# Up to this many steps are read one by one with prepared SQL (~0.07 ms each); more in one query
+# the ORM builds (~1.3 ms).
+STEPS_READ_APART = 16
+
+
 def plan_steps_of(plan: Plan | None, step_ids: Collection[int]) -> list[Step]:
     """Those of the plan's steps, in step order (a live push re-renders only the steps it names)."""
     if plan is None or not step_ids:
         return []
-    return list(plan.steps.filter(step_id__in=step_ids))
+    if len(step_ids) > STEPS_READ_APART:
+        return list(plan.steps.filter(step_id__in=step_ids))
+    ids = sorted(i for i in step_ids if type(i) is int)
+    return [step for i in ids for step in rows_where(Step, plan=plan.pk, step_id=i)]
 
 
 def plan_steps_page(plan: Plan | None, *, after: int, size: int) -> list[Step]:

@@ -43,6 +43,12 @@ STATUS_COLOURS: dict[str, str] = {
 BORDER_COLOUR = "#475467"
 DESTRUCTIVE_BORDER_COLOUR = "#b42318"
 
+# How a node is drawn before _recoloured gives it its status (what graphviz writes for it).
+LAYOUT_STATUS = "pending"
+_NODE_OPENING = '<g id="step-'
+_LAYOUT_CLASS = f' class="node step status-{LAYOUT_STATUS}'
+_LAYOUT_FILL = f'fill="{STATUS_COLOURS[LAYOUT_STATUS]}"'
+
 DOT_COMMAND: tuple[str, ...] = ("dot", "-Tsvg")
 DOT_TIMEOUT_S = 5.0
 DOT_MEMORY_BYTES = 512 * 1024 * 1024
@@ -115,7 +121,10 @@ def _plan_svg(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval]) 
     steps = sorted(steps, key=lambda step: step.step_id)
     if len(steps) > MAX_STEPS_DRAWN:
         return too_many_steps_svg(len(steps))
-    return _drawn(plan_dot(plan, steps, decisions))
+    # A status changes a node's class and fill, never where anything is: graphviz lays the plan
+    # out once with every node as a pending one, and each state is that drawing recoloured.
+    layout = _drawn(plan_dot(plan, steps, decisions, layout=True))
+    return _recoloured(layout, {int(step.step_id): _drawn_status(step) for step in steps})
 
 
 def too_many_steps_svg(count: int) -> str:
@@ -138,19 +147,46 @@ def _drawn(source: str) -> str:
     return svg
 
 
-def plan_dot(plan: Plan, steps: list[Step], decisions: Mapping[int, Approval] | None = None) -> str:
+def _drawn_status(step: Step) -> str:
+    """The status a step's node is coloured by."""
+    status = progress_status(step.status, step.tool)
+    return status if status in STATUS_COLOURS else LAYOUT_STATUS
+
+
+def _recoloured(layout: str, statuses: Mapping[int, str]) -> str:
+    """The layout (every node drawn as a pending one) with each node in its status's class and
+    fill colour: the node's group opens with its id and class, and the first fill in it is its
+    shape's (text has no fill of that colour; labels are escaped, so none can open a group)."""
+    parts = layout.split(_NODE_OPENING)
+    for index in range(1, len(parts)):
+        step_id, quote, rest = parts[index].partition('"')
+        status = statuses.get(int(step_id), LAYOUT_STATUS) if step_id.isdigit() else LAYOUT_STATUS
+        if status == LAYOUT_STATUS or not rest.startswith(_LAYOUT_CLASS):
+            continue
+        rest = f' class="node step status-{status}' + rest.removeprefix(_LAYOUT_CLASS)
+        rest = rest.replace(_LAYOUT_FILL, f'fill="{STATUS_COLOURS[status]}"', 1)
+        parts[index] = step_id + quote + rest
+    return _NODE_OPENING.join(parts)
+
+
+def plan_dot(
+    plan: Plan,
+    steps: list[Step],
+    decisions: Mapping[int, Approval] | None = None,
+    *,
+    layout: bool = False,
+) -> str:
     """DOT source for the plan: a node per step, an edge from each dependency to its dependant.
 
     The graphviz package writes the DOT and quotes every attribute value (tooltips are plain
     text); labels are HTML-like (``<...>``, which it leaves as they are), so their text is
-    escaped here.
+    escaped here. layout=True draws every node as a pending one (see _recoloured).
     """
     decisions = decisions or {}
     dot = _digraph(plan)
     known = {step.step_id for step in steps}
     for step in steps:
-        status = progress_status(step.status, step.tool)
-        status = status if status in STATUS_COLOURS else "pending"
+        status = LAYOUT_STATUS if layout else _drawn_status(step)
         classes = f"step status-{status}" + (" destructive" if step.destructive else "")
         attributes = {
             "id": f"step-{int(step.step_id)}",

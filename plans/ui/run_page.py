@@ -24,6 +24,7 @@ from plans.selectors.plans import (
     plan_steps_page,
     run_approval_counts,
     run_priced_apart,
+    run_with_goal,
     step_approvals,
     step_calls,
     step_inputs,
@@ -32,7 +33,6 @@ from plans.selectors.plans import (
 from plans.selectors.runs import (
     StepProgress,
     run_events_after,
-    run_get,
     run_progress_status,
     status_words,
 )
@@ -41,7 +41,18 @@ from plans.ui.graphs import MAX_STEPS_DRAWN, STATUS_COLOURS, plan_svg, too_many_
 
 # Events after which the whole plan section (graph, steps, problems) is re-rendered.
 PLAN_KINDS = frozenset({"plan_created", "plan_invalid"})
-LIVE_EVENTS = "plans/run_detail.html#live_events"
+ANSWER_KINDS = frozenset({"answer_finished", "answer_checked"})
+# A push's timeline rows and last seq: drawn from the events alone, so they go out first.
+LIVE_TIMELINE = "plans/run_detail.html#live_timeline"
+# What the events changed, one out-of-band swap each, by the id of the element it replaces.
+LIVE_PARTS = {
+    "plan": "plans/run_detail.html#plan",
+    "run-header": "plans/run_detail.html#run_header",
+    "run-totals": "plans/run_detail.html#totals",
+    "answer": "plans/run_detail.html#answer",
+}
+# The last event whose changes a page shows: where it resumes after a reconnect.
+STATED_SEQ = "plans/run_detail.html#stated_seq"
 # The changed steps' rows, swapped one by one: a message of their own, as table rows cannot
 # stand beside other elements in one fragment.
 STEP_ROWS = "plans/run_detail.html#step_rows"
@@ -71,14 +82,14 @@ def push_view(run: Run, viewer: Any) -> str:
 
 
 @dataclass(frozen=True)
-class LivePush:
-    """A run page's push: its events and what they changed, then the changed steps' rows."""
+class LiveState:
+    """What a batch of events changed on a run page, for one permission view: out-of-band
+    swaps by the id of the element each replaces (LIVE_PARTS), the changed steps' rows, and
+    the marker saying the page now shows the batch's changes (sent last)."""
 
-    events_html: str
+    parts: dict[str, str]
     rows_html: str
-
-    def messages(self) -> list[str]:
-        return [self.events_html, self.rows_html] if self.rows_html else [self.events_html]
+    stated_html: str
 
 
 def _run_state(run: Run, events: list[dict[str, Any]], *, steps_after: int = 0) -> dict[str, Any]:
@@ -143,7 +154,7 @@ def live_events_context(
     A new plan is sent whole; otherwise only the rows of the steps the events name, and the
     totals from a count of the steps per status (a 500-step plan's rows are not read).
     """
-    run = run_get(run_id)
+    run = run_with_goal(run_id)
     kinds = {event["kind"] for event in events}
     plan_changed = bool(kinds & PLAN_KINDS)
     touched = {event["payload"].get("step") for event in events} - {None}
@@ -169,32 +180,53 @@ def live_events_context(
         "replan": replan_context(plan) if plan_changed else {},
         "changed_steps": changed_steps,
         "graph_svg": graph_svg(plan, steps) if plan_changed or (touched and graph) else "",
-        "answer_changed": bool(kinds & {"answer_finished", "answer_checked"}),
+        "answer_changed": bool(kinds & ANSWER_KINDS),
         "first_seq": events[0]["seq"],
         "last_seq": events[-1]["seq"],
     }
 
 
-def live_push(
-    run_id: int, events: list[dict[str, Any]], viewer: Any, *, graph: bool = True
-) -> LivePush:
-    """A run's push for one permission view (push_view): any viewer of that view may get it.
+def live_timeline(events: list[dict[str, Any]]) -> str:
+    """The events' timeline rows and the page's last seq (the client's resume point), as
+    out-of-band swaps. From the events alone: no database read, the same for every viewer."""
+    context = {
+        "timeline": [timeline_entry(e) for e in events],
+        "first_seq": events[0]["seq"],
+        "last_seq": events[-1]["seq"],
+        "oob": True,
+    }
+    return render_to_string(LIVE_TIMELINE, context)
 
-    graph=False leaves a step change's graph out (graph_fragment sends it after), so the
-    event is not held up by the graph's drawing; a new plan is always sent whole.
-    """
+
+def live_state(run_id: int, events: list[dict[str, Any]], viewer: Any) -> LiveState:
+    """What these events changed, as the run is now, for one permission view (push_view): any
+    viewer of that view may get it. The header and totals always; a new plan whole; the answer
+    once it changed; the rows of the steps the events name. A step change's graph is not in
+    it (graph_fragment sends it after)."""
     # No request over a socket, so no context processors: add what the auth one would.
     context = {
-        **live_events_context(run_id, events, graph=graph),
+        **live_events_context(run_id, events, graph=False),
         "user": viewer,
         "perms": PermWrapper(viewer),
     }
+    shown = {
+        "plan": context["plan_changed"],
+        "run-header": True,
+        "run-totals": True,
+        "answer": context["answer_changed"],
+    }
+    parts: dict[str, str] = {
+        element: render_to_string(LIVE_PARTS[element], context)
+        for element, changed in shown.items()
+        if changed
+    }
     rows = render_to_string(STEP_ROWS, context) if context["changed_steps"] else ""
-    return LivePush(events_html=render_to_string(LIVE_EVENTS, context), rows_html=rows)
+    stated = render_to_string(STATED_SEQ, context)
+    return LiveState(parts=parts, rows_html=rows, stated_html=stated)
 
 
 def live_fragment_needs_graph(events: list[dict[str, Any]]) -> bool:
-    """Whether a push without its graph (live_push(graph=False)) leaves one to send."""
+    """Whether a push without its graph (live_state) leaves one to send (graph_fragment)."""
     kinds = {event["kind"] for event in events}
     touched = {event["payload"].get("step") for event in events} - {None}
     return bool(touched) and not kinds & PLAN_KINDS
@@ -203,9 +235,8 @@ def live_fragment_needs_graph(events: list[dict[str, Any]]) -> bool:
 def graph_fragment(run_id: int) -> str:
     """The run's graph as it is now, as an out-of-band swap ("" if it has none, or is a plan
     too large to draw: the page's note on that does not change)."""
-    run = run_get(run_id)
-    plan = plan_shown(run)
-    if plan is not None and plan.steps.count() > MAX_STEPS_DRAWN:
+    plan = plan_shown(run_with_goal(run_id))
+    if plan is not None and sum(plan_step_tally(plan)[0].values()) > MAX_STEPS_DRAWN:
         return ""
     svg = graph_svg(plan, plan_steps_list(plan))
     if not svg:
@@ -236,8 +267,10 @@ def graph_svg(plan: Plan | None, steps: list[Step] | None) -> str:
         return ""
     if steps is None:
         return mark_safe(too_many_steps_svg(plan.steps.count()))  # noqa: S308 - error_svg
+    # Only a destructive step's node shows its decision.
+    decisions = step_decisions(plan) if any(step.destructive for step in steps) else {}
     # plan_svg escapes every label and strips scripts and links: the markup is ours to inline.
-    return mark_safe(plan_svg(plan, steps, decisions=step_decisions(plan)))  # noqa: S308
+    return mark_safe(plan_svg(plan, steps, decisions=decisions))  # noqa: S308
 
 
 def run_totals(

@@ -9,10 +9,17 @@
     return marker ? parseInt(marker.getAttribute("data-seq"), 10) || 0 : 0;
   }
 
+  // The last event whose changes (header, totals, step rows) the page shows: a socket sends
+  // them just after the event's own line, and a socket may close in between.
+  function statedSeq() {
+    var marker = document.getElementById("stated-seq");
+    return marker ? parseInt(marker.getAttribute("data-seq"), 10) || 0 : lastSeq();
+  }
+
   // The ws extension reconnects with the URL it first read; ask for what was missed since.
   htmx.createWebSocket = function (url) {
     if (url.indexOf("/ws/runs/") !== -1) {
-      url = url.replace(/([?&]after=)\d*/, "$1" + lastSeq());
+      url = url.replace(/([?&]after=)\d*/, "$1" + Math.min(statedSeq(), lastSeq()));
     }
     var socket = new WebSocket(url, []);
     socket.binaryType = htmx.config.wsBinaryType;

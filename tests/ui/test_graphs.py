@@ -178,12 +178,29 @@ def test_drawing_the_same_plan_and_statuses_again_does_not_run_dot(dot_calls):
     assert first == second
 
 
-def test_a_changed_status_draws_the_graph_again(dot_calls):
+def test_a_changed_status_recolours_the_drawing_without_running_dot_again(dot_calls):
     plan_svg(Plan(pk=1), price_plan(status_of_3="pending"))
     redrawn = plan_svg(Plan(pk=1), price_plan(status_of_3="succeeded"))
 
-    assert len(dot_calls) == 2
+    assert len(dot_calls) == 1
     assert node(parse(redrawn), 3).get("class") == "node step status-succeeded"
+    assert node(parse(redrawn), 3).find("svg:path", NS).get("fill") == STATUS_COLOURS["succeeded"]
+
+
+@pytest.mark.parametrize("status", [*Step.Status.values, "question"])
+def test_a_recoloured_drawing_is_what_graphviz_draws_for_those_statuses(status):
+    asks = status == "question"
+    steps = [
+        *price_plan(status_of_3="awaiting_approval" if asks else status),
+        step(4, "issue_refund", {"order_id": "A-1"}, [3], status=status, destructive=True),
+        step(5, "ask_human", {"question": "Which?"}, [3], status="failed", destructive=False),
+    ]
+    steps[2].tool = "ask_human" if asks else steps[2].tool
+    steps[4].error = "it broke"  # a tooltip: the node's shapes sit in a group of their own
+
+    drawn = graphs.svg_sanitise(graphs.dot_render(graphs.plan_dot(Plan(pk=1), steps)))
+
+    assert plan_svg(Plan(pk=1), steps) == drawn
 
 
 def test_a_dot_that_takes_too_long_gives_an_error_box_instead_of_a_crash(monkeypatch):

@@ -7,7 +7,7 @@ from plans.models import Run
 from plans.runtime.advance import advance_run
 from plans.selectors.runs import run_events_after
 from plans.services.runs import run_create
-from plans.ui.run_page import READER, live_push, push_view
+from plans.ui.run_page import READER, live_state, push_view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,13 +29,14 @@ def test_a_push_does_not_name_runs_derived_from_this_one_that_only_some_viewers_
     assert push_view(origin, author) == push_view(origin, operator) == READER
     events = run_events_after(origin, origin.last_seq - 1)
 
-    pushes = [live_push(origin.pk, events, viewer) for viewer in (operator, author)]
+    pushes = [live_state(origin.pk, events, viewer) for viewer in (operator, author)]
 
     # One render serves both: it names no derived run, and the page's lineage stays (htmx
     # keeps the element marked hx-preserve when a push brings an empty one of the same id).
     assert pushes[0] == pushes[1]
-    assert f"run #{theirs.pk}" not in pushes[0].events_html
-    assert '<span id="run-lineage" hx-preserve></span>' in pushes[0].events_html
+    header = pushes[0].parts["run-header"]
+    assert f"run #{theirs.pk}" not in header
+    assert '<span id="run-lineage" hx-preserve></span>' in header
     client.force_login(operator)
     page = client.get(f"/runs/{origin.pk}/").content.decode()
     lineage = page[page.index('<span id="run-lineage" hx-preserve>') :][:400]

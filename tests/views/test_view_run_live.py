@@ -72,6 +72,7 @@ async def test_a_reviewers_socket_pushes_the_plan_decision(client, held_run, rev
     session = await database_sync_to_async(session_of)(client, reviewer)
 
     socket = await open_socket(f"/ws/runs/{held_run.pk}/?after=0", session)
+    await socket.receive_from(RECEIVE_S)  # the events' lines; what they changed follows
     push = await socket.receive_from(RECEIVE_S)
 
     assert 'id="run-header"' in push and has_decision_form(push, held_run)
@@ -83,6 +84,7 @@ async def test_an_authors_socket_never_pushes_the_plan_decision(client, held_run
     session = await database_sync_to_async(session_of)(client, author)
 
     socket = await open_socket(f"/ws/runs/{held_run.pk}/?after=0", session)
+    await socket.receive_from(RECEIVE_S)  # the events' lines; what they changed follows
     push = await socket.receive_from(RECEIVE_S)
 
     assert 'id="run-header"' in push and not has_decision_form(push, held_run)
