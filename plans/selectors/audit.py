@@ -5,11 +5,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
@@ -22,11 +23,14 @@ from plans.models import Approval, ModelCall, Plan, Run, RunEvent, Step, ToolCal
 @dataclass
 class PlanVersion:
     plan: Plan
+    # Every step (the export; an audit of several versions, which compares them). An audit of
+    # one version reads only the page of steps it shows: see shown_steps and steps_total.
     steps: list[Step]
     # Set by run_audit_get for a replan: how this version differs from the one it replaced.
     diff: PlanDiff | None = None
-    # Set by run_audit_get: the page of the steps its table shows (all of them elsewhere).
+    # Set by run_audit_get: the page of the steps its table and timeline show, of how many.
     shown_steps: list[Step] = field(default_factory=list)
+    steps_total: int = 0
 
 
 @dataclass
@@ -55,11 +59,22 @@ class ToolRow:
     preview: ToolPreview | None = None
 
 
+@dataclass(frozen=True)
+class StepTimes:
+    """When the run's steps ran, over every version (the timeline's axis, whatever it draws)."""
+
+    first_started: datetime | None = None
+    last_finished: datetime | None = None
+    running: bool = False  # a step started and not finished: its bar runs on to now
+    versions_started: int = 0  # versions with a started step
+
+
 # Events the audit page shows at a time, as many as the run page's timeline: a 500-step run
 # has thousands, and each row's payload is most of a page's rendering.
 AUDIT_EVENTS_PAGE = 100
-# Steps of each plan version, and tool calls, the audit page shows at a time: rendering
-# 500 of each with their arguments and results took most of a 500-step run's page.
+# Steps of each plan version (in its table and the timeline), and tool calls, the audit page
+# shows at a time: rendering 500 of each with their arguments and results took most of a
+# 500-step run's page.
 AUDIT_ROWS_PAGE = 50
 
 
@@ -81,6 +96,14 @@ class RunAudit(RunRecords):
     tool_calls_previous_after: int | None = None
     # The page's tool calls with the previews taken between them, in the order they started.
     tool_rows: list[ToolRow] = field(default_factory=list)
+    step_times: StepTimes = field(default_factory=StepTimes)
+    # The answer check's citations of steps that succeeded are counted, not listed.
+    citations_valid: int = 0
+    citations_flagged: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def steps_paged(self) -> bool:
+        return self.steps_next_after is not None or self.steps_previous_after is not None
 
 
 def neighbour_pages(
@@ -104,39 +127,6 @@ def _tool_calls_in_order(run: Run) -> QuerySet[ToolCall]:
     return calls.order_by("started_at", "pk")
 
 
-def run_records_get(
-    *,
-    run: Run,
-    events_after: int = 0,
-    events_limit: int | None = None,
-    tool_calls_after: int = 0,
-    tool_calls_limit: int | None = None,
-    steps_without_values: bool = False,
-) -> RunRecords:
-    """Load a run's plans with steps, approvals, model calls, tool calls and events (6 queries):
-    every event and tool call, or `..._limit` of them after the first `..._after`.
-
-    steps_without_values: the steps' arguments and results are left unread (deferred).
-    """
-    events = run.events.filter(seq__gt=events_after).order_by("seq")
-    tool_calls = _tool_calls_in_order(run)
-    if tool_calls_limit is not None:
-        tool_calls = tool_calls[tool_calls_after : tool_calls_after + tool_calls_limit]
-    steps = Step.objects.defer(*STEP_VALUES) if steps_without_values else Step.objects.all()
-    plans = run.plans.order_by("version").select_related("decided_by")
-    plans = plans.prefetch_related(Prefetch("steps", queryset=steps))
-    return RunRecords(
-        run=run,
-        versions=[PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans],
-        approvals=list(
-            run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
-        ),
-        model_calls=list(run.model_calls.order_by("created_at", "pk")),
-        tool_calls=list(tool_calls),
-        events=list(events if events_limit is None else events[:events_limit]),
-    )
-
-
 def run_audit_get(
     *,
     run: Run,
@@ -149,49 +139,62 @@ def run_audit_get(
     calls, and a check of its whole event hash chain."""
     events_page = events_page or AUDIT_EVENTS_PAGE
     rows_page = AUDIT_ROWS_PAGE
-    # One version has no diff to draw: only the steps shown need their arguments and results
-    # (a 500-step run's are most of what the page would read).
-    single = run.plans.count() == 1
-    records = run_records_get(
+    plans = list(run.plans.order_by("version").select_related("decided_by"))
+    counts, step_times = _steps_counted(run)
+    versions = [
+        PlanVersion(plan=plan, steps=[], steps_total=counts.get(plan.pk, 0)) for plan in plans
+    ]
+    if len(versions) > 1:
+        # Versions are compared whole (the diff), so every step is read.
+        steps = Step.objects.filter(plan__run=run).order_by("plan_id", "step_id")
+        by_plan: dict[int, list[Step]] = {}
+        for step in steps:
+            by_plan.setdefault(step.plan_id, []).append(step)
+        for version in versions:
+            version.steps = by_plan.get(version.plan.pk, [])
+            version.shown_steps = version.steps[steps_after : steps_after + rows_page]
+    elif versions:
+        # One version: only the page of steps shown is read, arguments and results included.
+        (version,) = versions
+        shown = version.plan.steps.order_by("step_id")[steps_after : steps_after + rows_page]
+        version.shown_steps = list(shown)
+    events = list(run.events.filter(seq__gt=events_after).order_by("seq")[:events_page])
+    tool_calls = list(_tool_calls_in_order(run)[tool_calls_after : tool_calls_after + rows_page])
+    records = RunRecords(
         run=run,
-        events_after=events_after,
-        events_limit=events_page,
-        tool_calls_after=tool_calls_after,
-        tool_calls_limit=rows_page,
-        steps_without_values=single,
+        versions=versions,
+        approvals=list(
+            run.approvals.select_related("reviewer", "step__plan").order_by("requested_at", "pk")
+        ),
+        model_calls=list(run.model_calls.order_by("created_at", "pk")),
+        tool_calls=tool_calls,
+        events=events,
     )
     # The event log is read after a seq; seqs run from 1 without gaps, so seq is a position.
-    last_shown = records.events[-1].seq if records.events else events_after
+    last_shown = events[-1].seq if events else events_after
     events_next_after, events_previous_after = neighbour_pages(
         after=events_after, shown=last_shown - events_after, total=run.last_seq, size=events_page
     )
-    for version in records.versions:
-        version.shown_steps = version.steps[steps_after : steps_after + rows_page]
-    if single:
-        shown = [step for version in records.versions for step in version.shown_steps]
-        whole = Step.objects.in_bulk([step.pk for step in shown])
-        for version in records.versions:
-            version.shown_steps = [whole[step.pk] for step in version.shown_steps]
-    most_steps = max((len(version.steps) for version in records.versions), default=0)
     steps_next_after, steps_previous_after = neighbour_pages(
         after=steps_after,
-        shown=max((len(version.shown_steps) for version in records.versions), default=0),
-        total=most_steps,
+        shown=max((len(version.shown_steps) for version in versions), default=0),
+        total=max((version.steps_total for version in versions), default=0),
         size=rows_page,
     )
     tool_calls_total = run.tool_calls.count()
     tool_calls_next_after, tool_calls_previous_after = neighbour_pages(
         after=tool_calls_after,
-        shown=len(records.tool_calls),
+        shown=len(tool_calls),
         total=tool_calls_total,
         size=rows_page,
     )
     previews = _previews_beside_calls(
         run,
-        records.tool_calls,
+        tool_calls,
         after=tool_calls_after,
         last_page=tool_calls_next_after is None,
     )
+    citations = (run.answer_check or {}).get("citations", [])
     audit = RunAudit(
         **vars(records),
         chain_problems=chain_problems(run),
@@ -206,10 +209,45 @@ def run_audit_get(
         tool_calls_after=tool_calls_after,
         tool_calls_next_after=tool_calls_next_after,
         tool_calls_previous_after=tool_calls_previous_after,
-        tool_rows=_in_start_order(records.tool_calls, previews),
+        tool_rows=_in_start_order(tool_calls, previews),
+        step_times=step_times,
+        citations_valid=sum(1 for citation in citations if citation.get("valid")),
+        citations_flagged=[citation for citation in citations if not citation.get("valid")],
     )
     _compare_versions(records)
     return audit
+
+
+def _steps_counted(run: Run) -> tuple[dict[int, int], StepTimes]:
+    """How many steps each version has (by plan id), and when the run's steps ran: one
+    grouped read, whatever the number of steps."""
+    rows = (
+        Step.objects.filter(plan__run=run)
+        .values("plan_id")
+        .annotate(
+            n=Count("pk"),
+            first=Min("started_at"),
+            last=Max("finished_at"),
+            running=Count("pk", filter=Q(started_at__isnull=False, finished_at__isnull=True)),
+        )
+        .order_by()
+    )
+    counts: dict[int, int] = {}
+    firsts, lasts, running = [], [], False
+    for row in rows:
+        counts[row["plan_id"]] = row["n"]
+        if row["first"] is not None:
+            firsts.append(row["first"])
+        if row["last"] is not None:
+            lasts.append(row["last"])
+        running = running or bool(row["running"])
+    times = StepTimes(
+        first_started=min(firsts, default=None),
+        last_finished=max(lasts, default=None),
+        running=running,
+        versions_started=len(firsts),
+    )
+    return counts, times
 
 
 def _previews_beside_calls(

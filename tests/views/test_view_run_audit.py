@@ -190,7 +190,7 @@ def test_long_arguments_and_results_are_collapsed_to_a_preview_with_the_whole_es
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in summary and "characters" in summary
     assert len(re.sub(r"<[^>]+>", "", summary)) < 200
     assert whole.count("word") == 120 and "&lt;script&gt;" in whole
-    assert '<pre class="json">{\n  &quot;text&quot;: &quot;short&quot;\n}</pre>' in tools
+    assert '<pre class="json">{&quot;text&quot;: &quot;short&quot;}</pre>' in tools  # one line
     assert executable_markup(page) == []
 
 
