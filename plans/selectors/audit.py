@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from json.encoder import encode_basestring
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models import Count, JSONField, Max, Min, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
@@ -308,11 +310,16 @@ EXPORT_FORMAT = "agentsite.run-export/1"
 
 
 class _ExportEncoder(DjangoJSONEncoder):
-    """Decimals in plain notation: a zero cost is "0.00000000", not str(Decimal)'s "0E-8"."""
+    """Decimals in plain notation (a zero cost is "0.00000000", not str(Decimal)'s "0E-8"), and
+    times to the microsecond: an event's hash covers its time whole, so the export's event log
+    verifies on its own (DjangoJSONEncoder cuts times to the millisecond)."""
 
     def default(self, o: Any) -> Any:
         if isinstance(o, Decimal):
             return format(o, "f")
+        if isinstance(o, datetime):
+            text = o.isoformat()
+            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
         return super().default(o)
 
 
@@ -337,23 +344,91 @@ def run_export_chunks(*, run: Run, size: int = 64 * 1024) -> Iterator[str]:
 
 def _export_lines(data: dict[str, Any]) -> Iterator[str]:
     """The export's text: its sections in order, each list one record a line."""
-    encode = _ExportEncoder(ensure_ascii=False).encode
     yield "{"
     for index, (name, value) in enumerate(data.items()):
-        yield ("\n" if index == 0 else ",\n") + f"  {encode(name)}: "
+        yield ("\n" if index == 0 else ",\n") + f"  {_encode(name)}: "
         if isinstance(value, list):
             rows = iter(value)
             first = next(rows, _NOTHING)
             if first is _NOTHING:
                 yield "[]"
                 continue
-            yield "[\n    " + encode(first)
+            yield "[\n    " + _json(first)
             for row in rows:
-                yield ",\n    " + encode(row)
+                yield ",\n    " + _json(row)
             yield "\n  ]"
         else:
-            yield encode(value)
+            yield _json(value)
     yield "\n}"
+
+
+class Encoded(str):
+    """JSON text already written: a record encoded as it was read, or a JSON column's value
+    as the database spells it (valid JSON, spliced in as it is rather than decoded and
+    encoded again)."""
+
+
+_encode = _ExportEncoder(ensure_ascii=False).encode
+_encode_datetime = _ExportEncoder().default
+
+
+def _json(value: Any) -> str:
+    """value as JSON, as _ExportEncoder writes it; Encoded text spliced in as it is."""
+    kind = type(value)
+    if kind is Encoded:
+        return value
+    if kind is str:
+        return encode_basestring(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is datetime:
+        return encode_basestring(_encode_datetime(value))
+    if kind is dict and any(type(item) is Encoded for item in value.values()):
+        return "{" + ", ".join(f"{_encode(k)}: {_json(item)}" for k, item in value.items()) + "}"
+    return _encode(value)
+
+
+def _records(rows: QuerySet[Any], columns: tuple[tuple[str, str], ...]) -> Iterator[Encoded]:
+    """Each row of the query as one JSON object of these (name, column) pairs, in order."""
+    return (record for _, record in _records_beside(rows, columns))
+
+
+def _records_beside(
+    rows: QuerySet[Any], columns: tuple[tuple[str, str], ...], beside: str = "pk"
+) -> Iterator[tuple[Any, Encoded]]:
+    """_records, each with the row's value of the column `beside`.
+
+    Tuples, not model instances, and a JSON column as its stored text: a 500-step run's
+    export spent most of its time making instances and decoding and encoding those values.
+    """
+    fields = {field.name: field for field in rows.model._meta.get_fields()}
+    read = [beside]
+    as_text = {}
+    for name, column in columns:
+        if isinstance(fields.get(column), JSONField):
+            as_text[f"exported_{name}"] = Cast(column, TextField())
+            read.append(f"exported_{name}")
+        else:
+            read.append(column)
+    keys = [f"{_encode(name)}: " for name, _ in columns]
+    texts = [column in as_text for column in read[1:]]
+    for extra, *values in rows.annotate(**as_text).values_list(*read).iterator(chunk_size=1000):
+        pairs = zip(keys, texts, values, strict=True)
+        yield (
+            extra,
+            Encoded(
+                "{"
+                + ", ".join(
+                    key + (value if text and value is not None else _json(value))
+                    for key, text, value in pairs
+                )
+                + "}"
+            ),
+        )
 
 
 _NOTHING = object()
@@ -417,6 +492,14 @@ TOOL_PREVIEW_FIELDS = (
 )  # fmt: skip
 EVENT_FIELDS = ("seq", "kind", "payload", "at", "prev_hash", "hash")
 
+# The same as (exported name, column) pairs for _records: a record's step is named by its plan
+# version and step id.
+STEP_COLUMNS = (("id", "step_id"), *((name, name) for name in STEP_FIELDS))
+_OF_STEP = (("plan_version", "step__plan__version"), ("step", "step__step_id"))
+TOOL_CALL_COLUMNS = (("id", "id"), *_OF_STEP, *((name, name) for name in TOOL_CALL_FIELDS))
+TOOL_PREVIEW_COLUMNS = (("id", "id"), *_OF_STEP, *((name, name) for name in TOOL_PREVIEW_FIELDS))
+EVENT_COLUMNS = tuple((name, name) for name in EVENT_FIELDS)
+
 
 def _fields(row: Any, names: tuple[str, ...]) -> dict[str, Any]:
     # A foreign key's column exports under the relation's name ("origin", not "origin_id").
@@ -430,16 +513,20 @@ def _username(user: Any) -> str | None:
 def run_export_data(*, run: Run) -> dict[str, Any]:
     """The whole run as JSON-ready data: run, goal, plans and steps, and every record.
 
-    The tool calls and the event log (most of a big run) are Streamed: read while encoded.
+    The steps, tool calls, previews and the event log (most of a big run) are Encoded records;
+    the last three Streamed: read while encoded.
     """
-    plans = run.plans.order_by("version").select_related("decided_by").prefetch_related("steps")
-    versions = [PlanVersion(plan=plan, steps=list(plan.steps.all())) for plan in plans]
+    plans = list(run.plans.order_by("version").select_related("decided_by"))
+    steps: dict[int, list[str]] = {}
+    step_rows = Step.objects.filter(plan__run=run).order_by("plan_id", "step_id")
+    for plan_id, record in _records_beside(step_rows, STEP_COLUMNS, "plan_id"):
+        steps.setdefault(plan_id, []).append(record)
     approvals = run.approvals.select_related("reviewer", "step__plan")
-    tool_calls = _tool_calls_in_order(run)
-    previews = run.tool_previews.select_related("step__plan").order_by("started_at", "pk")
+    tool_calls = run.tool_calls.order_by("started_at", "pk")
+    previews = run.tool_previews.order_by("started_at", "pk")
     events = run.events.order_by("seq")
     goal = run.goal
-    version_of = {version.plan.pk: version.plan.version for version in versions}
+    version_of = {plan.pk: plan.version for plan in plans}
     return {
         "format": EXPORT_FORMAT,
         "exported_at": timezone.now(),
@@ -452,7 +539,7 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             "require_plan_approval": goal.require_plan_approval,
             "created_at": goal.created_at,
         },
-        "plans": [_exported_plan(version, version_of) for version in versions],
+        "plans": [_exported_plan(plan, version_of, steps=steps.get(plan.pk, [])) for plan in plans],
         "approvals": [
             _exported_approval(approval) for approval in approvals.order_by("requested_at", "pk")
         ],
@@ -460,38 +547,15 @@ def run_export_data(*, run: Run) -> dict[str, Any]:
             {"id": call.pk, **_fields(call, MODEL_CALL_FIELDS)}
             for call in run.model_calls.order_by("created_at", "pk")
         ],
-        "tool_calls": Streamed(
-            lambda: (
-                {
-                    "id": call.pk,
-                    "plan_version": call.step.plan.version,
-                    "step": call.step.step_id,
-                    **_fields(call, TOOL_CALL_FIELDS),
-                }
-                for call in tool_calls.iterator(chunk_size=500)
-            )
-        ),
+        "tool_calls": Streamed(lambda: _records(tool_calls, TOOL_CALL_COLUMNS)),
         # Each run of a destructive tool's preview hook: at the request, for a reviewer's
         # edit, and re-checked just before the call.
-        "tool_previews": Streamed(
-            lambda: (
-                {
-                    "id": row.pk,
-                    "plan_version": row.step.plan.version,
-                    "step": row.step.step_id,
-                    **_fields(row, TOOL_PREVIEW_FIELDS),
-                }
-                for row in previews.iterator(chunk_size=500)
-            )
-        ),
-        "events": Streamed(
-            lambda: (_fields(event, EVENT_FIELDS) for event in events.iterator(chunk_size=1000))
-        ),
+        "tool_previews": Streamed(lambda: _records(previews, TOOL_PREVIEW_COLUMNS)),
+        "events": Streamed(lambda: _records(events, EVENT_COLUMNS)),
     }
 
 
-def _exported_plan(version: PlanVersion, version_of: dict[int, int]) -> dict[str, Any]:
-    plan = version.plan
+def _exported_plan(plan: Plan, version_of: dict[int, int], *, steps: list[str]) -> dict[str, Any]:
     return {
         "version": plan.version,
         "parent_version": version_of.get(plan.parent_id) if plan.parent_id else None,
@@ -504,7 +568,7 @@ def _exported_plan(version: PlanVersion, version_of: dict[int, int]) -> dict[str
         "decided_by": _username(plan.decided_by),
         "decision_reason": plan.decision_reason,
         "decided_at": plan.decided_at,
-        "steps": [{"id": step.step_id, **_fields(step, STEP_FIELDS)} for step in version.steps],
+        "steps": Encoded("[" + ", ".join(steps) + "]"),
     }
 
 

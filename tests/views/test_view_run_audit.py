@@ -360,6 +360,73 @@ def test_hostile_text_in_the_export_is_exact_data_that_cannot_open_a_tag(
     assert data["approvals"][0]["reason"] == f"{SCRIPT}{IMG}"
 
 
+def exported(client, run):
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    return json.loads(b"".join(response.streaming_content))
+
+
+def test_the_export_holds_every_step_tool_call_preview_and_event_as_stored(
+    client, author, hostile_run
+):
+    from plans.selectors.audit import (
+        EVENT_FIELDS,
+        STEP_FIELDS,
+        TOOL_CALL_FIELDS,
+        TOOL_PREVIEW_FIELDS,
+        _ExportEncoder,
+    )
+
+    client.force_login(author)
+
+    data = exported(client, hostile_run)
+
+    def record(row, names, **named):
+        return json.loads(_ExportEncoder().encode({**named, **{n: getattr(row, n) for n in names}}))
+
+    def of_step(row):
+        return {"id": row.pk, "plan_version": row.step.plan.version, "step": row.step.step_id}
+
+    steps = Step.objects.filter(plan__run=hostile_run).order_by("step_id")
+    calls = hostile_run.tool_calls.order_by("started_at", "pk")
+    previews = hostile_run.tool_previews.order_by("started_at", "pk")
+    assert previews.exists() and calls.exists()
+    assert data["plans"][0]["steps"] == [record(s, STEP_FIELDS, id=s.step_id) for s in steps]
+    assert data["tool_calls"] == [record(c, TOOL_CALL_FIELDS, **of_step(c)) for c in calls]
+    assert data["tool_previews"] == [record(p, TOOL_PREVIEW_FIELDS, **of_step(p)) for p in previews]
+    events = hostile_run.events.order_by("seq")
+    assert data["events"] == [record(e, EVENT_FIELDS) for e in events]
+
+
+def test_the_exported_event_log_verifies_its_hash_chain_on_its_own(client, author):
+    from datetime import datetime
+
+    from plans.engine import canonical_json
+    from plans.guards.audit import GENESIS, event_hash
+
+    run = finished_run(author)
+    client.force_login(author)
+
+    data = exported(client, run)
+
+    events = data["events"]
+    assert [event["seq"] for event in events] == list(range(1, run.last_seq + 1))
+    assert any(datetime.fromisoformat(e["at"]).microsecond % 1000 for e in events)  # not cut
+    previous = GENESIS
+    for event in events:
+        assert event["prev_hash"] == previous
+        recomputed = event_hash(
+            run_id=data["run"]["id"],
+            seq=event["seq"],
+            kind=event["kind"],
+            payload_json=canonical_json(event["payload"]),
+            at=datetime.fromisoformat(event["at"]),
+            prev_hash=previous,
+        )
+        assert recomputed == event["hash"], event["seq"]
+        previous = event["hash"]
+    assert previous == data["run"]["last_event_hash"]
+
+
 # --- the graph ---------------------------------------------------------------------------
 
 
