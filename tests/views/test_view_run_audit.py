@@ -633,6 +633,127 @@ def test_a_short_plan_shows_every_step_and_tool_call_without_pages(client, autho
     assert "steps 1\u2013" not in page and "shown</span>" not in section(page, "tool-calls-heading")
 
 
+def test_an_audit_of_one_plan_version_reads_only_the_steps_it_shows(client, author, monkeypatch):
+    from django.db.models.signals import post_init
+
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 3)
+    run = finished_run(author, plan=WIDE_PLAN, goal="Echo twelve rows", lift_plan_step_cap=True)
+    client.force_login(author)
+    read = []
+
+    def count(sender, instance, **kwargs):
+        read.append(instance)
+
+    post_init.connect(count, sender=Step)
+    try:
+        page = audit_page(client, run)
+    finally:
+        post_init.disconnect(count, sender=Step)
+
+    assert step_rows(page) == [1, 2, 3] and "steps 1\u20133 of 12" in page
+    assert 'alt="Graph of plan version 1: 12 steps"' in page
+    # The three shown, and the steps of the three tool calls shown: not the other nine.
+    assert len(read) <= 6
+
+
+def test_the_timeline_draws_the_page_of_steps_on_the_whole_runs_time_axis(
+    client, author, monkeypatch
+):
+    from datetime import timedelta
+
+    from plans.selectors.audit import run_audit_get
+    from plans.ui.reports import run_timeline
+
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 5)
+    run = finished_run(author, plan=WIDE_PLAN, goal="Echo twelve rows", lift_plan_step_cap=True)
+    for step in Step.objects.filter(plan__run=run):
+        began = run.started_at + timedelta(seconds=10 * step.step_id)
+        Step.objects.filter(pk=step.pk).update(
+            started_at=began, finished_at=began + timedelta(seconds=5)
+        )
+    client.force_login(author)
+
+    spans, horizon = run_timeline(run_audit_get(run=run), now=now())
+
+    assert [span.label.split()[0] for span in spans] == ["1", "2", "3", "4", "5"]
+    assert horizon == 12 * 10 + 5  # to the end of step 12, on another page
+    timeline = section(audit_page(client, run), "timeline-heading")
+    assert "the steps of the page shown above, on the whole run" in timeline
+
+
+def answered(run, answer, citations):
+    """The run with this answer and a check of its citations ((step, valid) in order)."""
+    found = [(m.start(), m.end()) for m in re.finditer(r"\[step \d+\]", answer)]
+    check = {
+        "ok": all(valid for _, valid in citations),
+        "unsupported": [],
+        "citations": [
+            {"step": step, "valid": valid, "reason": "" if valid else f"step {step} failed"}
+            | {"start": start, "end": end}
+            for (step, valid), (start, end) in zip(citations, found, strict=True)
+        ],
+    }
+    Run.objects.filter(pk=run.pk).update(answer=answer, answer_check=check)
+    run.refresh_from_db()
+    return run
+
+
+def test_valid_citations_are_counted_and_the_flagged_ones_listed(client, author):
+    run = finished_run(author)
+    answered(
+        run,
+        "A [step 1], B [step 2], C [step 3], D [step 9].",
+        [(1, True), (2, True), (3, True), (9, False)],
+    )
+    client.force_login(author)
+
+    check = re.search(r'<div class="answer-check".*?</ul>', audit_page(client, run), re.S).group(0)
+
+    assert "3 citations valid (each cites a step that succeeded)" in check
+    assert "[step 9]: not valid: step 9 failed" in check
+    assert "[step 1]" not in check and check.count("<li>") == 2
+
+
+@pytest.mark.parametrize("hidden", ["", "\u202e"])
+def test_a_cited_answers_untrusted_text_is_escaped_once(client, author, hidden):
+    run = finished_run(author)
+    answered(run, f'Total <b>5 & 6</b>{hidden} [step 1] "<i>" [step 2]', [(1, True), (2, True)])
+    client.force_login(author)
+
+    for page in (audit_page(client, run), client.get(run_url(run)).content.decode()):
+        assert "&lt;b&gt;5 &amp; 6&lt;/b&gt;" in page and "&amp;lt;" not in page
+        assert "&quot;&lt;i&gt;&quot;" in page
+        assert executable_markup(page) == []
+        link = f'href="{reverse("plans:step_detail", args=[run.pk, 2])}"'
+        assert link in page
+        assert ("U+202E" in page) is bool(hidden)  # hidden characters shown where there are any
+
+
+def run_url(run):
+    return reverse("plans:run_detail", args=[run.pk])
+
+
+def test_a_value_or_text_past_ten_thousand_characters_shows_its_start_the_export_all(
+    client, author
+):
+    long_text = "word " * 5000 + "<script>end</script>"
+    plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": long_text}, "depends_on": []}]}
+    run = finished_run(author, plan=plan, goal="Echo a long text")
+    Plan.objects.filter(run=run).update(raw_output="planner " * 3000)
+    client.force_login(author)
+
+    page = audit_page(client, run)
+
+    calls, plans = section(page, "tool-calls-heading"), section(page, "plans-heading")
+    assert "The first 10,000 of 25,0" in calls and "end&lt;/script&gt;" not in calls
+    assert "The first 10,000 of 24,000 characters" in plans and "end&lt;/script&gt;" not in plans
+    assert "word " * 1900 in calls
+    assert len(page) < 200_000
+    data = exported(client, run)
+    assert data["tool_calls"][0]["args"]["text"] == long_text
+    assert data["plans"][0]["raw_output"] == "planner " * 3000
+
+
 @pytest.mark.parametrize("steps", [6, 60])
 def test_the_audit_and_export_make_as_few_queries_whatever_the_number_of_steps(
     client, author, steps, django_assert_max_num_queries
