@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Count, JSONField, Max, Min, Q, QuerySet, TextField
+from django.db import connections
+from django.db.models import Count, DateTimeField, JSONField, Max, Min, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from plans.engine.plan_diff import PlanDiff, plan_diff, reused_results
 from plans.guards.audit import chain_problems
@@ -402,33 +405,53 @@ def _records_beside(
 ) -> Iterator[tuple[Any, Encoded]]:
     """_records, each with the row's value of the column `beside`.
 
-    Tuples, not model instances, and a JSON column as its stored text: a 500-step run's
-    export spent most of its time making instances and decoding and encoding those values.
+    Tuples, not model instances; a JSON column as its stored text, and on SQLite a time as its
+    stored text too: a 500-step run's export spent most of its time making instances, decoding
+    and encoding those values, and reading times into datetimes only to write them out again.
     """
     fields = {field.name: field for field in rows.model._meta.get_fields()}
+    times_as_text = connections[rows.db].vendor == "sqlite"
     read = [beside]
     as_text = {}
+    writers: list[Callable[[Any], str]] = []
     for name, column in columns:
-        if isinstance(fields.get(column), JSONField):
-            as_text[f"exported_{name}"] = Cast(column, TextField())
-            read.append(f"exported_{name}")
+        kind = fields.get(column)
+        if isinstance(kind, JSONField):
+            writers.append(_stored_json)
+        elif times_as_text and isinstance(kind, DateTimeField):
+            writers.append(_stored_time)
         else:
             read.append(column)
+            writers.append(_json)
+            continue
+        as_text[f"exported_{name}"] = Cast(column, TextField())
+        read.append(f"exported_{name}")
     keys = [f"{_encode(name)}: " for name, _ in columns]
-    texts = [column in as_text for column in read[1:]]
     for extra, *values in rows.annotate(**as_text).values_list(*read).iterator(chunk_size=1000):
-        pairs = zip(keys, texts, values, strict=True)
-        yield (
-            extra,
-            Encoded(
-                "{"
-                + ", ".join(
-                    key + (value if text and value is not None else _json(value))
-                    for key, text, value in pairs
-                )
-                + "}"
-            ),
-        )
+        pairs = zip(keys, writers, values, strict=True)
+        record = ", ".join(key + write(value) for key, write, value in pairs)
+        yield extra, Encoded("{" + record + "}")
+
+
+def _stored_json(text: str | None) -> str:
+    return "null" if text is None else text
+
+
+# How Django's SQLite backend stores a time: in UTC, without its offset.
+_SQLITE_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{6})?")
+
+
+def _stored_time(text: str | None) -> str:
+    """A time as SQLite stores it, written as _ExportEncoder writes the datetime it stands for."""
+    if text is None:
+        return "null"
+    if _SQLITE_TIME.fullmatch(text):
+        return f'"{text[:10]}T{text[11:]}Z"'
+    # Written some other way (by hand, or a raw statement): read as Django's backend reads it.
+    moment = parse_datetime(text)
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return _json(moment)
 
 
 _NOTHING = object()
