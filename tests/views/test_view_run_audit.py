@@ -427,6 +427,24 @@ def test_the_exported_event_log_verifies_its_hash_chain_on_its_own(client, autho
     assert previous == data["run"]["last_event_hash"]
 
 
+def test_times_stored_in_another_spelling_are_exported_as_the_times_they_are(client, author):
+    from django.db import connection
+
+    run = finished_run(author)
+    first, second = run.tool_calls.order_by("pk")[:2]
+    with connection.cursor() as cursor:  # what a raw statement may have written
+        for call, text in ((first, "2026-01-02T03:04:05.5+00:00"), (second, "2026-01-02 03:04:05")):
+            cursor.execute(
+                "UPDATE plans_toolcall SET started_at = %s WHERE id = %s", [text, call.pk]
+            )
+    client.force_login(author)
+
+    calls = {call["id"]: call for call in exported(client, run)["tool_calls"]}
+
+    assert calls[first.pk]["started_at"] == "2026-01-02T03:04:05.500000Z"
+    assert calls[second.pk]["started_at"] == "2026-01-02T03:04:05Z"
+
+
 # --- the graph ---------------------------------------------------------------------------
 
 
