@@ -1,5 +1,5 @@
 """Numbers as the audit and cost pages show them (dollars, tokens, durations and rates), and
-the audit's stored values and texts."""
+the audit's stored values."""
 
 import json
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -10,7 +10,6 @@ from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from plans.templatetags.agentsite import shown
 from plans.ui.charts import shown_json, shown_text
 
 register = template.Library()
@@ -23,49 +22,30 @@ JSON_ONE_LINE = 60
 # results otherwise make a page of megabytes to scroll through.
 JSON_COLLAPSED_OVER = 300
 JSON_PREVIEW_CHARS = 120
-# Of a value or text longer than this (a 500-step plan's event, the planner's output) the page
-# shows the start; the run's JSON export holds it whole.
-SHOWN_MAX = 10_000
+# A value longer than this (a 500-step plan's event, a tool's whole report) stays on one line,
+# wrapped: indenting it costs json's Python encoder more than the rest of its row.
+JSON_INDENTED_MAX = 10_000
 _ONE_LINE = json.JSONEncoder(ensure_ascii=False, default=str)
 
 
 @register.filter
 def json_block(value: Any) -> SafeString:
-    """The value's JSON in a <pre>, hidden characters shown: on one line if short; indented,
-    and if long a one-line preview opening onto it; past SHOWN_MAX its start only."""
+    """The value's JSON in a <pre>, hidden characters shown: on one line if short or very long,
+    else indented; if long, a one-line preview opening onto the whole."""
     compact = shown_text(_ONE_LINE.encode(value))
     if len(compact) <= JSON_ONE_LINE:
         return format_html('<pre class="json">{}</pre>', compact)
-    text = shown_json(value, indent=2) if len(compact) <= SHOWN_MAX else compact
+    text = shown_json(value, indent=2) if len(compact) <= JSON_INDENTED_MAX else compact
     if len(text) <= JSON_COLLAPSED_OVER:
         return format_html('<pre class="json">{}</pre>', text)
     preview = " ".join(compact[: JSON_PREVIEW_CHARS * 2].split())[:JSON_PREVIEW_CHARS]
     return format_html(
         '<details class="json-long"><summary><code>{}…</code> '
         '<span class="muted small">{} characters</span></summary><pre class="json">{}</pre>'
-        "{}</details>",
+        "</details>",
         preview,
         f"{len(text):,}",
-        text[:SHOWN_MAX],
-        _cut_note(len(text)),
-    )
-
-
-@register.filter
-def text_block(value: Any) -> SafeString:
-    """Untrusted text (|shown) in a <pre>; past SHOWN_MAX characters its start only."""
-    text = str(value or "")
-    return format_html("<pre>{}</pre>{}", shown(text[:SHOWN_MAX]), _cut_note(len(text)))
-
-
-def _cut_note(length: int) -> SafeString:
-    if length <= SHOWN_MAX:
-        return SafeString("")
-    return format_html(
-        '<p class="muted small shown-cut">The first {} of {} characters: the JSON export holds '
-        "it whole.</p>",
-        f"{SHOWN_MAX:,}",
-        f"{length:,}",
+        text,
     )
 
 

@@ -751,25 +751,17 @@ def run_url(run):
     return reverse("plans:run_detail", args=[run.pk])
 
 
-def test_a_value_or_text_past_ten_thousand_characters_shows_its_start_the_export_all(
-    client, author
-):
+def test_a_value_past_ten_thousand_characters_is_shown_whole_on_one_line(client, author):
     long_text = "word " * 5000 + "<script>end</script>"
     plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": long_text}, "depends_on": []}]}
     run = finished_run(author, plan=plan, goal="Echo a long text")
-    Plan.objects.filter(run=run).update(raw_output="planner " * 3000)
     client.force_login(author)
 
-    page = audit_page(client, run)
+    calls = section(audit_page(client, run), "tool-calls-heading")
 
-    calls, plans = section(page, "tool-calls-heading"), section(page, "plans-heading")
-    assert "The first 10,000 of 25,0" in calls and "end&lt;/script&gt;" not in calls
-    assert "The first 10,000 of 24,000 characters" in plans and "end&lt;/script&gt;" not in plans
-    assert "word " * 1900 in calls
-    assert len(page) < 200_000
-    data = exported(client, run)
-    assert data["tool_calls"][0]["args"]["text"] == long_text
-    assert data["plans"][0]["raw_output"] == "planner " * 3000
+    whole = "{&quot;text&quot;: &quot;" + "word " * 5000 + "&lt;script&gt;end&lt;/script&gt;&quot;}"
+    assert f'<pre class="json">{whole}</pre>' in calls  # whole, not indented over lines
+    assert executable_markup(calls) == []
 
 
 @pytest.mark.parametrize("steps", [6, 60])
