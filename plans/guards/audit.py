@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from plans.engine import canonical_json
 from plans.models import Run, RunEvent
@@ -64,13 +69,16 @@ def chain_problems(run: Run) -> list[str]:
     expected_prev = GENESIS
     expected_seq = 1
     # Tuples, not model instances: the audit page checks a 500-step run's thousands each time.
+    # The payload as the database spells it: stored as its canonical text, it is hashed as it
+    # is, not decoded and encoded again (see _payload_hash_matches).
     events = (
         RunEvent.objects.filter(run=run)
         .order_by("seq")
-        .values_list("seq", "kind", "payload", "at", "prev_hash", "hash")
+        .annotate(payload_text=Cast("payload", TextField()))
+        .values_list("seq", "kind", "payload_text", "at", "prev_hash", "hash")
         .iterator(chunk_size=2000)
     )
-    for seq, kind, payload, at, prev_hash, stored_hash in events:
+    for seq, kind, payload_text, at, prev_hash, stored_hash in events:
         if seq != expected_seq:
             problems.append(
                 f"run {run.pk}: events #{expected_seq}..#{seq - 1} are missing"
@@ -83,15 +91,16 @@ def chain_problems(run: Run) -> list[str]:
                 "before it (an event was removed, reordered or altered before it)"
             )
         # A timestamp the database can no longer read back (None) was altered too.
-        recomputed = at and event_hash(
+        intact = at is not None and _payload_hash_matches(
+            stored_hash,
+            payload_text,
             run_id=run.pk,
             seq=seq,
             kind=kind,
-            payload_json=canonical_json(payload),
             at=at,
             prev_hash=prev_hash,
         )
-        if recomputed != stored_hash:
+        if not intact:
             problems.append(f"run {run.pk}: event #{seq} ({kind}) was altered")
         expected_prev = stored_hash
         expected_seq = seq + 1
@@ -101,3 +110,20 @@ def chain_problems(run: Run) -> list[str]:
             "(events at the end were removed or altered)"
         )
     return problems
+
+
+def _payload_hash_matches(stored_hash: str, payload_text: str, **content: Any) -> bool:
+    """Whether the event's hash covers its content, the payload read as the database spells it.
+
+    append_events stores canonical_json(payload), the very text the hash covers: where the
+    database gives that text back (SQLite), it is hashed as it is. Where it spells JSON its own
+    way (PostgreSQL's jsonb), or the text was rewritten, the value is decoded and hashed in its
+    canonical spelling, as it was written.
+    """
+    if event_hash(payload_json=payload_text, **content) == stored_hash:
+        return True
+    try:
+        payload = json.loads(payload_text)
+    except ValueError:
+        return False
+    return event_hash(payload_json=canonical_json(payload), **content) == stored_hash

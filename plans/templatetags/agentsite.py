@@ -60,29 +60,6 @@ def pretty_json(value: Any) -> str:
     return shown_json(value, indent=2)
 
 
-# Longer values (a tool's whole web page, say) are collapsed on the audit page: a 500-step
-# run's arguments and results otherwise make a page of megabytes to scroll through.
-JSON_COLLAPSED_OVER = 300
-JSON_PREVIEW_CHARS = 120
-
-
-@register.filter
-def json_block(value: Any) -> SafeString:
-    """pretty_json in a <pre>; if long, a one-line preview opening onto the whole (escaped)."""
-    text = shown_json(value, indent=2)
-    if len(text) <= JSON_COLLAPSED_OVER:
-        return format_html('<pre class="json">{}</pre>', text)
-    preview = " ".join(text[: JSON_PREVIEW_CHARS * 2].split())[:JSON_PREVIEW_CHARS]
-    return format_html(
-        '<details class="json-long"><summary><code>{}…</code> '
-        '<span class="muted small">{} characters</span></summary><pre class="json">{}</pre>'
-        "</details>",
-        preview,
-        f"{len(text):,}",
-        text,
-    )
-
-
 @register.filter
 def capped_count(count: int) -> str:
     """A waiting count as the badge shows it: "1,000+" past the count's cap."""

@@ -1,5 +1,7 @@
-"""Numbers as the audit and cost pages show them: dollars, tokens, durations and rates."""
+"""Numbers as the audit and cost pages show them (dollars, tokens, durations and rates), and
+the audit's stored values."""
 
+import json
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
@@ -8,7 +10,43 @@ from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from plans.ui.charts import shown_json, shown_text
+
 register = template.Library()
+
+# A value whose JSON is this short stays on one line: read at a glance, and written by json's C
+# encoder (an indented one goes through its Python encoder, which took most of the time a
+# 500-step run's audit page spent on its values).
+JSON_ONE_LINE = 60
+# Longer values (a tool's whole web page, say) are collapsed: a 500-step run's arguments and
+# results otherwise make a page of megabytes to scroll through.
+JSON_COLLAPSED_OVER = 300
+JSON_PREVIEW_CHARS = 120
+# A value longer than this (a 500-step plan's event, a tool's whole report) stays on one line,
+# wrapped: indenting it costs json's Python encoder more than the rest of its row.
+JSON_INDENTED_MAX = 10_000
+_ONE_LINE = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+@register.filter
+def json_block(value: Any) -> SafeString:
+    """The value's JSON in a <pre>, hidden characters shown: on one line if short or very long,
+    else indented; if long, a one-line preview opening onto the whole."""
+    compact = shown_text(_ONE_LINE.encode(value))
+    if len(compact) <= JSON_ONE_LINE:
+        return format_html('<pre class="json">{}</pre>', compact)
+    text = shown_json(value, indent=2) if len(compact) <= JSON_INDENTED_MAX else compact
+    if len(text) <= JSON_COLLAPSED_OVER:
+        return format_html('<pre class="json">{}</pre>', text)
+    preview = " ".join(compact[: JSON_PREVIEW_CHARS * 2].split())[:JSON_PREVIEW_CHARS]
+    return format_html(
+        '<details class="json-long"><summary><code>{}…</code> '
+        '<span class="muted small">{} characters</span></summary><pre class="json">{}</pre>'
+        "</details>",
+        preview,
+        f"{len(text):,}",
+        text,
+    )
 
 
 @register.filter

@@ -89,8 +89,11 @@ def bar_chart_svg(
     return ET.tostring(root, encoding="unicode")
 
 
-def gantt_svg(spans: Sequence[Span], *, title: str, width: int = 900) -> str:
-    """A timeline: one bar per span from start to end, under group headings, with a time axis."""
+def gantt_svg(
+    spans: Sequence[Span], *, title: str, width: int = 900, horizon: float | None = None
+) -> str:
+    """A timeline: one bar per span from start to end, under group headings, with a time axis
+    (to `horizon` seconds, when the spans are a page of a longer timeline)."""
     label_w, right, top, row_h = 190, 16, 30, 22
     groups: dict[str, list[Span]] = {}
     for span in spans:
@@ -99,7 +102,8 @@ def gantt_svg(spans: Sequence[Span], *, title: str, width: int = 900) -> str:
     height = top + rows * row_h + 10
     root = _svg(width, height, title, "chart gantt")
     plot_w = width - label_w - right
-    horizon, step = nice_scale(max((span.end for span in spans), default=0), ticks=6)
+    latest = max((span.end for span in spans), default=0)
+    horizon, step = nice_scale(max(latest, horizon or 0), ticks=6)
     for tick in range(round(horizon / step) + 1):
         x = label_w + plot_w * tick * step / horizon
         _line(root, x, top - 6, x, height - 6, GRID)
@@ -307,12 +311,12 @@ def spelled_parts(text: str) -> list[tuple[str, bool]]:
 
 def visible_text(text: str) -> str:
     """Text XML accepts: control characters, surrogates and non-characters become \ufffd."""
-    return "".join(
-        "\ufffd"
-        if unicodedata.category(char) in ("Cc", "Cs") or char in ("\ufffe", "\uffff")
-        else char
-        for char in text
-    )
+    return _XML_UNFIT.sub("\ufffd", text)
+
+
+# Unicode's control characters (category Cc), surrogates (Cs) and the two non-characters XML
+# refuses: one regular expression, not a category lookup per character of every label.
+_XML_UNFIT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
 def _shorten(text: str, limit: int) -> str:

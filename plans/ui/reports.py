@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.utils.safestring import SafeString, mark_safe
 
-from plans.selectors.audit import RunRecords
+from plans.selectors.audit import RunAudit
 from plans.selectors.costs import CostReport
 from plans.selectors.runs import progress_status, status_words
 from plans.ui.charts import Bar, Span, bar_chart_svg, gantt_svg, usd_label
@@ -32,30 +32,36 @@ def cost_daily_svg(report: CostReport) -> SafeString:
     )
 
 
-def run_timeline_svg(records: RunRecords, *, now: datetime) -> SafeString | None:
-    """The run's steps as a gantt chart (None before any step started)."""
-    spans = run_timeline(records, now=now)
+def run_timeline_svg(audit: RunAudit, *, now: datetime) -> SafeString | None:
+    """The steps the audit shows as a gantt chart (None before any step started)."""
+    spans, horizon = run_timeline(audit, now=now)
     if not spans:
         return None
     # gantt_svg builds XML elements, so every label in it is escaped by the serialiser.
     return mark_safe(  # noqa: S308
-        gantt_svg(spans, title=f"Timeline of the steps of run {records.run.pk}")
+        gantt_svg(spans, title=f"Timeline of the steps of run {audit.run.pk}", horizon=horizon)
     )
 
 
-def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
-    """One span per started step, from the run's start, grouped by (plan version and) round."""
+def run_timeline(audit: RunAudit, *, now: datetime) -> tuple[list[Span], float]:
+    """One span per started step of the page shown, grouped by (plan version and) round, and
+    the seconds from the run's start to its last step's end (the axis, whatever page is drawn).
+    """
+    times = audit.step_times
     started = [
         (version.plan.version, step, step.started_at)
-        for version in records.versions
-        for step in version.steps
+        for version in audit.versions
+        for step in version.shown_steps
         if step.started_at
     ]
-    if not started:
-        return []
-    origin = min([at for _, _, at in started] + [records.run.started_at or now])
-    several_versions = len({number for number, _, _ in started}) > 1
-    ongoing_until = records.run.finished_at or now
+    if not started or times.first_started is None:
+        return [], 0.0
+    origin = min(times.first_started, audit.run.started_at or now)
+    ongoing_until = audit.run.finished_at or now
+    last_end = times.last_finished or origin
+    if times.running:
+        last_end = max(last_end, ongoing_until)
+    several_versions = times.versions_started > 1
     spans = []
     for number, step, started_at in sorted(
         started, key=lambda item: (item[0], item[1].round, item[2])
@@ -77,4 +83,4 @@ def run_timeline(records: RunRecords, *, now: datetime) -> list[Span]:
                 open_ended=step.finished_at is None,
             )
         )
-    return spans
+    return spans, (last_end - origin).total_seconds()

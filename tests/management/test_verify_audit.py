@@ -1,6 +1,7 @@
 """manage.py verify_audit: the hash-chained event log shows any change to stored events."""
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plans.engine import canonical_json
-from plans.guards.audit import chain_problems, event_hash
+from plans.guards.audit import GENESIS, chain_problems, event_hash
 from plans.models import Run, RunEvent
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
@@ -112,6 +113,47 @@ def test_events_removed_from_the_end_are_named(run):
 
     assert not ok
     assert "events at the end were removed" in output
+
+
+def spelled_as_older_code_wrote_it(run, changes=None):
+    """Rewrite every event's stored payload as Django's JSONField wrote it before the journal
+    stored its canonical text: keys in another order, spaces, non-ASCII escaped."""
+    with connection.cursor() as cursor:
+        for pk, payload in RunEvent.objects.filter(run=run).values_list("pk", "payload"):
+            payload = {**payload, "note": "caf\u00e9 \u2603", **(changes or {}).get(pk, {})}
+            text = json.dumps(dict(reversed(payload.items())))
+            cursor.execute("UPDATE plans_runevent SET payload = %s WHERE id = %s", [text, pk])
+
+
+def test_events_stored_in_another_spelling_of_the_same_json_still_verify(run):
+    rows = RunEvent.objects.filter(run=run).order_by("seq")
+    noted = {event.pk: {**event.payload, "note": "caf\u00e9 \u2603"} for event in rows}
+    # Their hashes are of the canonical text, as append_events wrote them.
+    previous = GENESIS
+    for event in rows:
+        digest = event_hash(
+            run_id=run.pk,
+            seq=event.seq,
+            kind=event.kind,
+            payload_json=canonical_json(noted[event.pk]),
+            at=event.at,
+            prev_hash=previous,
+        )
+        RunEvent.objects.filter(pk=event.pk).update(prev_hash=previous, hash=digest)
+        previous = digest
+    Run.objects.filter(pk=run.pk).update(last_event_hash=previous)
+    spelled_as_older_code_wrote_it(run)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT payload FROM plans_runevent WHERE run_id = %s", [run.pk])
+        assert all('": ' in text and "\\u00e9" in text for (text,) in cursor.fetchall())
+
+    ok, output = verify("--run", str(run.pk))
+
+    assert ok, output
+    altered = rows.get(seq=3)
+    spelled_as_older_code_wrote_it(run, {altered.pk: {"note": "changed"}})
+    run.refresh_from_db()
+    assert chain_problems(run) == [f"run {run.pk}: event #3 ({altered.kind}) was altered"]
 
 
 JSON_VALUES = st.recursive(

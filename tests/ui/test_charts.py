@@ -128,3 +128,14 @@ def test_dollar_axis_labels_are_as_short_as_the_amount_allows(value, label):
 
 def test_second_labels_switch_units():
     assert [seconds_label(v) for v in (0, 0.25, 1.5, 300)] == ["0", "250 ms", "1.5 s", "5 min"]
+
+
+def test_visible_text_replaces_exactly_the_characters_xml_refuses():
+    import unicodedata
+
+    from plans.ui.charts import visible_text
+
+    for code in range(0x20000):  # every plane with Cc or Cs characters, and the next
+        char = chr(code)
+        refused = unicodedata.category(char) in ("Cc", "Cs") or char in ("\ufffe", "\uffff")
+        assert visible_text(f"a{char}b") == ("a\ufffdb" if refused else f"a{char}b"), hex(code)

@@ -190,7 +190,7 @@ def test_long_arguments_and_results_are_collapsed_to_a_preview_with_the_whole_es
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in summary and "characters" in summary
     assert len(re.sub(r"<[^>]+>", "", summary)) < 200
     assert whole.count("word") == 120 and "&lt;script&gt;" in whole
-    assert '<pre class="json">{\n  &quot;text&quot;: &quot;short&quot;\n}</pre>' in tools
+    assert '<pre class="json">{&quot;text&quot;: &quot;short&quot;}</pre>' in tools  # one line
     assert executable_markup(page) == []
 
 
@@ -358,6 +358,91 @@ def test_hostile_text_in_the_export_is_exact_data_that_cannot_open_a_tag(
     assert steps[2]["result"] == IMG and steps[4]["result"] == MULTILINE
     assert steps[5]["error"] == f"{SCRIPT} {IMG}"
     assert data["approvals"][0]["reason"] == f"{SCRIPT}{IMG}"
+
+
+def exported(client, run):
+    response = client.get(reverse("plans:run_export", args=[run.pk]))
+    return json.loads(b"".join(response.streaming_content))
+
+
+def test_the_export_holds_every_step_tool_call_preview_and_event_as_stored(
+    client, author, hostile_run
+):
+    from plans.selectors.audit import (
+        EVENT_FIELDS,
+        STEP_FIELDS,
+        TOOL_CALL_FIELDS,
+        TOOL_PREVIEW_FIELDS,
+        _ExportEncoder,
+    )
+
+    client.force_login(author)
+
+    data = exported(client, hostile_run)
+
+    def record(row, names, **named):
+        return json.loads(_ExportEncoder().encode({**named, **{n: getattr(row, n) for n in names}}))
+
+    def of_step(row):
+        return {"id": row.pk, "plan_version": row.step.plan.version, "step": row.step.step_id}
+
+    steps = Step.objects.filter(plan__run=hostile_run).order_by("step_id")
+    calls = hostile_run.tool_calls.order_by("started_at", "pk")
+    previews = hostile_run.tool_previews.order_by("started_at", "pk")
+    assert previews.exists() and calls.exists()
+    assert data["plans"][0]["steps"] == [record(s, STEP_FIELDS, id=s.step_id) for s in steps]
+    assert data["tool_calls"] == [record(c, TOOL_CALL_FIELDS, **of_step(c)) for c in calls]
+    assert data["tool_previews"] == [record(p, TOOL_PREVIEW_FIELDS, **of_step(p)) for p in previews]
+    events = hostile_run.events.order_by("seq")
+    assert data["events"] == [record(e, EVENT_FIELDS) for e in events]
+
+
+def test_the_exported_event_log_verifies_its_hash_chain_on_its_own(client, author):
+    from datetime import datetime
+
+    from plans.engine import canonical_json
+    from plans.guards.audit import GENESIS, event_hash
+
+    run = finished_run(author)
+    client.force_login(author)
+
+    data = exported(client, run)
+
+    events = data["events"]
+    assert [event["seq"] for event in events] == list(range(1, run.last_seq + 1))
+    assert any(datetime.fromisoformat(e["at"]).microsecond % 1000 for e in events)  # not cut
+    previous = GENESIS
+    for event in events:
+        assert event["prev_hash"] == previous
+        recomputed = event_hash(
+            run_id=data["run"]["id"],
+            seq=event["seq"],
+            kind=event["kind"],
+            payload_json=canonical_json(event["payload"]),
+            at=datetime.fromisoformat(event["at"]),
+            prev_hash=previous,
+        )
+        assert recomputed == event["hash"], event["seq"]
+        previous = event["hash"]
+    assert previous == data["run"]["last_event_hash"]
+
+
+def test_times_stored_in_another_spelling_are_exported_as_the_times_they_are(client, author):
+    from django.db import connection
+
+    run = finished_run(author)
+    first, second = run.tool_calls.order_by("pk")[:2]
+    with connection.cursor() as cursor:  # what a raw statement may have written
+        for call, text in ((first, "2026-01-02T03:04:05.5+00:00"), (second, "2026-01-02 03:04:05")):
+            cursor.execute(
+                "UPDATE plans_toolcall SET started_at = %s WHERE id = %s", [text, call.pk]
+            )
+    client.force_login(author)
+
+    calls = {call["id"]: call for call in exported(client, run)["tool_calls"]}
+
+    assert calls[first.pk]["started_at"] == "2026-01-02T03:04:05.500000Z"
+    assert calls[second.pk]["started_at"] == "2026-01-02T03:04:05Z"
 
 
 # --- the graph ---------------------------------------------------------------------------
@@ -564,6 +649,119 @@ def test_a_short_plan_shows_every_step_and_tool_call_without_pages(client, autho
     assert section(page, "tool-calls-heading").count("<tr>") == 1 + 3
     assert 'aria-label="Step pages"' not in page and 'aria-label="Tool call pages"' not in page
     assert "steps 1\u2013" not in page and "shown</span>" not in section(page, "tool-calls-heading")
+
+
+def test_an_audit_of_one_plan_version_reads_only_the_steps_it_shows(client, author, monkeypatch):
+    from django.db.models.signals import post_init
+
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 3)
+    run = finished_run(author, plan=WIDE_PLAN, goal="Echo twelve rows", lift_plan_step_cap=True)
+    client.force_login(author)
+    read = []
+
+    def count(sender, instance, **kwargs):
+        read.append(instance)
+
+    post_init.connect(count, sender=Step)
+    try:
+        page = audit_page(client, run)
+    finally:
+        post_init.disconnect(count, sender=Step)
+
+    assert step_rows(page) == [1, 2, 3] and "steps 1\u20133 of 12" in page
+    assert 'alt="Graph of plan version 1: 12 steps"' in page
+    # The three shown, and the steps of the three tool calls shown: not the other nine.
+    assert len(read) <= 6
+
+
+def test_the_timeline_draws_the_page_of_steps_on_the_whole_runs_time_axis(
+    client, author, monkeypatch
+):
+    from datetime import timedelta
+
+    from plans.selectors.audit import run_audit_get
+    from plans.ui.reports import run_timeline
+
+    monkeypatch.setattr("plans.selectors.audit.AUDIT_ROWS_PAGE", 5)
+    run = finished_run(author, plan=WIDE_PLAN, goal="Echo twelve rows", lift_plan_step_cap=True)
+    for step in Step.objects.filter(plan__run=run):
+        began = run.started_at + timedelta(seconds=10 * step.step_id)
+        Step.objects.filter(pk=step.pk).update(
+            started_at=began, finished_at=began + timedelta(seconds=5)
+        )
+    client.force_login(author)
+
+    spans, horizon = run_timeline(run_audit_get(run=run), now=now())
+
+    assert [span.label.split()[0] for span in spans] == ["1", "2", "3", "4", "5"]
+    assert horizon == 12 * 10 + 5  # to the end of step 12, on another page
+    timeline = section(audit_page(client, run), "timeline-heading")
+    assert "the steps of the page shown above, on the whole run" in timeline
+
+
+def answered(run, answer, citations):
+    """The run with this answer and a check of its citations ((step, valid) in order)."""
+    found = [(m.start(), m.end()) for m in re.finditer(r"\[step \d+\]", answer)]
+    check = {
+        "ok": all(valid for _, valid in citations),
+        "unsupported": [],
+        "citations": [
+            {"step": step, "valid": valid, "reason": "" if valid else f"step {step} failed"}
+            | {"start": start, "end": end}
+            for (step, valid), (start, end) in zip(citations, found, strict=True)
+        ],
+    }
+    Run.objects.filter(pk=run.pk).update(answer=answer, answer_check=check)
+    run.refresh_from_db()
+    return run
+
+
+def test_valid_citations_are_counted_and_the_flagged_ones_listed(client, author):
+    run = finished_run(author)
+    answered(
+        run,
+        "A [step 1], B [step 2], C [step 3], D [step 9].",
+        [(1, True), (2, True), (3, True), (9, False)],
+    )
+    client.force_login(author)
+
+    check = re.search(r'<div class="answer-check".*?</ul>', audit_page(client, run), re.S).group(0)
+
+    assert "3 citations valid (each cites a step that succeeded)" in check
+    assert "[step 9]: not valid: step 9 failed" in check
+    assert "[step 1]" not in check and check.count("<li>") == 2
+
+
+@pytest.mark.parametrize("hidden", ["", "\u202e"])
+def test_a_cited_answers_untrusted_text_is_escaped_once(client, author, hidden):
+    run = finished_run(author)
+    answered(run, f'Total <b>5 & 6</b>{hidden} [step 1] "<i>" [step 2]', [(1, True), (2, True)])
+    client.force_login(author)
+
+    for page in (audit_page(client, run), client.get(run_url(run)).content.decode()):
+        assert "&lt;b&gt;5 &amp; 6&lt;/b&gt;" in page and "&amp;lt;" not in page
+        assert "&quot;&lt;i&gt;&quot;" in page
+        assert executable_markup(page) == []
+        link = f'href="{reverse("plans:step_detail", args=[run.pk, 2])}"'
+        assert link in page
+        assert ("U+202E" in page) is bool(hidden)  # hidden characters shown where there are any
+
+
+def run_url(run):
+    return reverse("plans:run_detail", args=[run.pk])
+
+
+def test_a_value_past_ten_thousand_characters_is_shown_whole_on_one_line(client, author):
+    long_text = "word " * 5000 + "<script>end</script>"
+    plan = {"steps": [{"id": 1, "tool": "echo", "args": {"text": long_text}, "depends_on": []}]}
+    run = finished_run(author, plan=plan, goal="Echo a long text")
+    client.force_login(author)
+
+    calls = section(audit_page(client, run), "tool-calls-heading")
+
+    whole = "{&quot;text&quot;: &quot;" + "word " * 5000 + "&lt;script&gt;end&lt;/script&gt;&quot;}"
+    assert f'<pre class="json">{whole}</pre>' in calls  # whole, not indented over lines
+    assert executable_markup(calls) == []
 
 
 @pytest.mark.parametrize("steps", [6, 60])
