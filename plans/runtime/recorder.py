@@ -175,12 +175,16 @@ class RunRecorder:
         self._batch.run_fields.update(fields)
 
     def flush(self, *, run_fields: Mapping[str, Any] | None = None, wait: bool = False) -> bool:
-        """Hand over what was collected; with wait, return once it is committed.
+        """Hand over what was collected; with wait, return once it is committed (on this
+        thread, if the writer has nothing queued: this thread waits for it anyway).
 
         Raises the writer's error (LeaseLost, a database error) if an earlier batch failed.
         Returns whether a cancel was requested, as of the last committed batch.
         """
         batch = self._take(run_fields)
+        if wait and self._writer.idle_here():
+            self._writer.commit_here(batch)
+            return self._writer.cancel_requested
         batch.urgent = wait
         self._writer.submit(batch)
         if wait:

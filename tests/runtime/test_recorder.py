@@ -303,3 +303,18 @@ def test_a_database_error_at_a_commit_before_calls_stops_every_later_batch(autho
 
     # The run's log stays a prefix: nothing is written after the batch that failed.
     assert not RunEvent.objects.filter(run=run, kind="run_status").exists()
+
+
+def test_a_flush_that_waits_is_committed_on_the_calling_thread_when_the_writer_is_idle(
+    author, monkeypatch
+):
+    commits = commits_by_thread(monkeypatch)
+    run = run_create(author=author, goal_text="waits", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    recorder.event("run_status", status="running")
+
+    recorder.flush(wait=True)
+
+    assert commits == [(threading.current_thread().name, ["run_status"])]
+    assert RunEvent.objects.filter(run=run, kind="run_status").exists()
+    recorder.close()
