@@ -38,8 +38,8 @@ def measure(limit: int | None) -> dict[str, object]:
     from plans.llm.pricing import cost_usd, prices_for
     from plans.llm.prompts import react_request, replan_request
     from plans.models import ModelCall, Run
-    from plans.runtime.advance import advance_run, step_outcomes
-    from plans.runtime.planning import held_limits
+    from plans.runtime.advance import advance_run
+    from plans.runtime.planning import held_limits, step_outcomes
     from plans.services.runs import run_create
 
     limit = settings.AGENTSITE_PROMPT_RESULT_MAX_CHARS if limit is None else limit

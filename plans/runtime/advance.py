@@ -22,7 +22,6 @@ from plans.bulk import connection_wait, field_value, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
-    held_ref,
     storable,
 )
 from plans.engine.citations import answer_check
@@ -40,11 +39,14 @@ from plans.runtime import telemetry
 from plans.runtime.planning import (
     DirectAnswer,
     effects_done,
+    final_status,
     held_limits,
     plan_from_planner,
     plan_from_replanner,
     plan_steps,
+    step_outcomes,
 )
+from plans.runtime.react import ReactLoop
 from plans.runtime.recorder import RunRecorder
 from plans.runtime.steps import StepsExecution
 from plans.runtime.tool_calls import error_text
@@ -162,8 +164,6 @@ class RunAdvancer:
     def advance(self) -> str:
         self._count_interrupted_model_calls()
         if self.run.goal.agent == Goal.Agent.REACT:
-            from plans.runtime.react import ReactLoop  # why here: it builds on this module
-
             return ReactLoop(self).advance()
         run = self.run
         plan_row = plan_current(run)
@@ -615,33 +615,5 @@ class _DecisionRaced(Exception):
     pass
 
 
-def step_outcomes(steps: dict[int, Step], *, version: int | None = None) -> list[dict[str, Any]]:
-    """Each step's call and outcome, in step order: what the answer and replan prompts show;
-    with the steps' plan version, each carries the ref result_slice reads its result by."""
-    return [
-        {
-            "id": s.step_id,
-            **({"ref": held_ref(version, s.step_id)} if version is not None else {}),
-            "tool": s.tool,
-            "args": s.resolved_args if s.resolved_args is not None else s.args,
-            "status": s.status,
-            "result": s.result,
-            "error": s.error,
-            # An earlier version's call whose result was taken, not made again.
-            **({"reused_from": s.reused_from} if s.reused_from else {}),
-        }
-        for s in sorted(steps.values(), key=lambda s: s.step_id)
-    ]
-
-
 def _step_json(step: Step) -> dict[str, Any]:
     return {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
-
-
-def final_status(steps: Any) -> str:
-    statuses = {s.status for s in steps}
-    if Step.Status.BLOCKED in statuses:
-        return Run.Status.BLOCKED
-    if Step.Status.FAILED in statuses:
-        return Run.Status.FAILED
-    return Run.Status.COMPLETED

@@ -35,6 +35,7 @@ from plans.runtime.gate import (
     approval_rule_payload,
     decided_by_rule_event,
 )
+from plans.runtime.recorder import Durable
 from plans.runtime.steps_state import StepsState
 from plans.runtime.tool_calls import (
     ToolOutcome,
@@ -268,36 +269,54 @@ class Launching(StepsState):
     def _start_launched(self, pool: ToolThreads) -> None:
         """Call the tools of the steps just launched, each once its attempt is on record.
 
-        One commit for everything launched together, handed to the recorder at once: the
-        calls' threads wait for it, this one does not. So the audit never misses a call that
-        happened (a destructive call's attempt and key, an impure read's step_started), and a
-        lost lease or database stops every call of the round before it starts. Pure calls do
-        not wait: calling one again is harmless, and the wait is most of a short one's cost.
+        One commit for everything launched together: made on this thread when the recorder's
+        writer is idle (the calls then start without waiting on another thread), else handed
+        to the writer, and the calls' threads wait for it. So the audit never misses a call
+        that happened (a destructive call's attempt and key, an impure read's step_started),
+        and a lost lease or database stops every call of the round before it starts. Pure
+        calls go first and do not wait: calling one again is harmless, and the wait is most of
+        a short one's cost.
         """
         if self.requesting:
             self._request_previewed(pool)
         starting, self.starting = self.starting, []
         if not starting:
             return
-        durable = None
-        if not all(spec.pure and not spec.destructive for _, spec, *_ in starting):
-            durable = self.recorder.flush_durable()
+        waiting = [launch for launch in starting if not _calls_at_once(launch[1])]
         for step, spec, args, key, approval in starting:
-            timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
-            call = pool.submit(
-                invoke_once_recorded,
-                None if spec.pure and not spec.destructive else durable,
-                spec,
-                args,
-                key=key,
-                approval=approval,
-                step_pk=step.pk,
-                results=self.held_results,
-                reply=self._reply,
-            )
-            self.inflight[call] = step.step_id
-            self.calls[step.step_id] = (spec, args, approval)
-            heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
+            if _calls_at_once(spec):
+                self._start_call(pool, None, step, spec, args, key, approval)
+        if waiting:
+            durable = self.recorder.flush_before_calls()
+            for step, spec, args, key, approval in waiting:
+                self._start_call(pool, durable, step, spec, args, key, approval)
+
+    def _start_call(
+        self,
+        pool: ToolThreads,
+        durable: Durable | None,
+        step: Step,
+        spec: ToolSpec,
+        args: dict[str, Any],
+        key: str,
+        approval: Approval | None,
+    ) -> None:
+        """Hand the call to a tool thread, to start once durable is committed (None: at once)."""
+        timeout = spec.timeout_s or settings.AGENTSITE_TOOL_TIMEOUT_S
+        call = pool.submit(
+            invoke_once_recorded,
+            durable,
+            spec,
+            args,
+            key=key,
+            approval=approval,
+            step_pk=step.pk,
+            results=self.held_results,
+            reply=self._reply,
+        )
+        self.inflight[call] = step.step_id
+        self.calls[step.step_id] = (spec, args, approval)
+        heapq.heappush(self.deadlines, (time.monotonic() + timeout, step.step_id, call))
 
     def _request_approval(
         self,
@@ -422,6 +441,11 @@ class Launching(StepsState):
             decided=lambda: bool(self._decided()),
             questions=questions,
         )
+
+
+def _calls_at_once(spec: ToolSpec) -> bool:
+    """A pure tool's call starts without waiting for its step_started to be committed."""
+    return spec.pure and not spec.destructive
 
 
 def answer_value(answer: str) -> Any:

@@ -302,6 +302,34 @@ def effects_done(run_id: int, *, before_version: int) -> list[dict[str, Any]]:
     ]
 
 
+def step_outcomes(steps: dict[int, Step], *, version: int | None = None) -> list[dict[str, Any]]:
+    """Each step's call and outcome, in step order: what the answer and replan prompts show;
+    with the steps' plan version, each carries the ref result_slice reads its result by."""
+    return [
+        {
+            "id": s.step_id,
+            **({"ref": engine.held_ref(version, s.step_id)} if version is not None else {}),
+            "tool": s.tool,
+            "args": s.effective_args,
+            "status": s.status,
+            "result": s.result,
+            "error": s.error,
+            # An earlier version's call whose result was taken, not made again.
+            **({"reused_from": s.reused_from} if s.reused_from else {}),
+        }
+        for s in sorted(steps.values(), key=lambda s: s.step_id)
+    ]
+
+
+def final_status(steps: Any) -> str:
+    statuses = {s.status for s in steps}
+    if Step.Status.BLOCKED in statuses:
+        return Run.Status.BLOCKED
+    if Step.Status.FAILED in statuses:
+        return Run.Status.FAILED
+    return Run.Status.COMPLETED
+
+
 def _step_json(step: Step) -> dict[str, Any]:
     data = {"id": step.step_id, "tool": step.tool, "args": step.args, "depends_on": step.depends_on}
     if step.repeat:

@@ -9,25 +9,27 @@ the tool ledger are the very same. A step waiting for a reviewer parks the run a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 
 from plans import engine
 from plans.guards.redaction import redact
 from plans.journal.events import publish_text
-from plans.llm import model_for
+from plans.llm import Completion, ModelRequest, model_for
 from plans.llm.prompts import react_request
 from plans.models import Run, Step
-from plans.runtime.advance import RunAdvancer, final_status, step_outcomes
 from plans.runtime.planning import (
     any_held,
+    final_status,
     held_limits,
     plan_step_add,
     plan_steps,
     prompt_catalog,
+    step_outcomes,
 )
 from plans.runtime.steps import StepsExecution
+from plans.runtime.steps_state import Advancer
 from plans.selectors.plans import plan_current
 from plans.services.plans import plan_store
 
@@ -39,10 +41,23 @@ def react_max_steps() -> int:
     return int(settings.AGENTSITE_REACT_MAX_STEPS)
 
 
+class LoopAdvancer(Advancer, Protocol):
+    """What the loop uses of its run's advancer (plans.runtime.advance.RunAdvancer), besides
+    what the steps use: the run's start, model calls, the answer's check and the end."""
+
+    def mark_running(self) -> None: ...
+
+    def call_model(self, request: ModelRequest, *, on_text: Any = None) -> Completion | None: ...
+
+    def check_answer(self, steps: dict[int, Step]) -> None: ...
+
+    def finish(self, status: str) -> str: ...
+
+
 class ReactLoop:
     """Advances a ReAct run: ask for the next call, run it, feed the observation back."""
 
-    def __init__(self, advancer: RunAdvancer) -> None:
+    def __init__(self, advancer: LoopAdvancer) -> None:
         self.advancer = advancer
         self.run = advancer.run
         self.recorder = advancer.recorder

@@ -1,9 +1,11 @@
-"""Batches a run's writes and commits them in order, off the thread that schedules steps.
+"""Batches a run's writes and commits them in order, mostly off the thread that schedules steps.
 
-The advancing thread never waits for the database on the hot path: each batch (step updates,
-audit rows, events, run fields) goes to a writer thread that commits it in one transaction,
-fenced by the run's lease. Callers wait (`flush(wait=True)`) only where durability matters:
-before a side effect, before parking, at the end.
+Each batch (step updates, audit rows, events, run fields) is committed in one transaction,
+fenced by the run's lease, by a writer thread, so the advancing thread does not wait for the
+database on the hot path. Callers wait (`flush(wait=True)`) only where durability matters:
+before parking, at the end. Before calls start, the round's batch is committed on the
+advancing thread itself when the writer has nothing to do (`flush_before_calls`): the calls
+would wait for that commit anyway, and a hop to the writer and back costs more than it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    connections,
+    transaction,
+)
 from django.utils import timezone
 
 from plans.bulk import (
@@ -167,18 +175,34 @@ class RunRecorder:
         self._batch.run_fields.update(fields)
 
     def flush(self, *, run_fields: Mapping[str, Any] | None = None, wait: bool = False) -> bool:
-        """Hand over what was collected; with wait, return once it is committed.
+        """Hand over what was collected; with wait, return once it is committed (on this
+        thread, if the writer has nothing queued: this thread waits for it anyway).
 
         Raises the writer's error (LeaseLost, a database error) if an earlier batch failed.
         Returns whether a cancel was requested, as of the last committed batch.
         """
         batch = self._take(run_fields)
+        if wait and self._writer.idle_here():
+            self._writer.commit_here(batch)
+            return self._writer.cancel_requested
         batch.urgent = wait
         self._writer.submit(batch)
         if wait:
             self._writer.wait_idle()
         self._writer.raise_failure()
         return self._writer.cancel_requested
+
+    def flush_before_calls(self) -> Durable | None:
+        """Commit what was collected before calls start: here, at once, if the writer has
+        nothing queued or committing (None: committed; the calls start without a hop to the
+        writer and back), else as flush_durable() does (the calls wait on its Durable).
+
+        Raises what the commit raised (LeaseLost, a database error): then no call may start.
+        """
+        if self._writer.idle_here():
+            self._writer.commit_here(self._take(None))
+            return None
+        return self.flush_durable()
 
     def flush_durable(self) -> Durable:
         """Hand over what was collected to be committed at once; without waiting for it, the
@@ -232,6 +256,10 @@ class _Writer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._connection = KeptConnection("the recorder")
+        # The advancing thread's own connection (the one its reads use, opened by its lease and
+        # closed by the thread's owner, a worker at its end), when it commits a batch itself
+        # (commit_here); checked like the writer's before a use after an idle spell.
+        self._here = KeptConnection("the recorder, on the advancing thread")
         # Within the attempt being committed: the events it appended, and whether it reached
         # COMMIT (a commit whose answer was lost may have happened).
         self._appended: list[dict[str, Any]] = []
@@ -266,6 +294,25 @@ class _Writer:
     def wait_idle(self) -> None:
         self._queue.join()
 
+    def idle_here(self) -> bool:
+        """Whether the calling thread may commit a batch itself: the writer has no batch queued
+        or in progress (only the run's advancing thread hands it batches, so it stays idle),
+        and the thread is in no transaction of its own (where a commit would not be one)."""
+        with self._queue.mutex:
+            if self._queue.unfinished_tasks:
+                return False
+        return self.failure is None and not connections[DEFAULT_DB_ALIAS].in_atomic_block
+
+    def commit_here(self, batch: Batch) -> None:
+        """Commit the batch on the calling thread (idle_here() said it may), as the writer
+        would; a failure is raised here and stops the writer too, as its own would."""
+        try:
+            self._commit_retrying(batch, self._here)
+        except BaseException as error:
+            self.failure = error
+            connections.close_all()  # a broken connection is not reused
+            raise
+
     def raise_failure(self) -> None:
         if self.failure is not None:
             raise self.failure
@@ -276,7 +323,7 @@ class _Writer:
                 batch, committed = _merged(batches), False
                 try:
                     if self.failure is None:
-                        self._commit_retrying(batch)
+                        self._commit_retrying(batch, self._connection)
                         committed = True
                 except BaseException as error:
                     # Nothing after a failed batch may be written: the run's log stays a prefix.
@@ -316,7 +363,7 @@ class _Writer:
             batches.append(self._queue.get_nowait())
         return batches
 
-    def _commit_retrying(self, batch: Batch) -> None:
+    def _commit_retrying(self, batch: Batch, kept: KeptConnection) -> None:
         """Commit the batch; on a lost connection, reconnect and try once more (in the lease).
 
         No retry can write a batch twice. A failed transaction was rolled back as a whole, so a
@@ -331,7 +378,7 @@ class _Writer:
         """
         lease = self.lease
         assert lease is not None, "a batch was submitted outside begin() and end()"
-        self._connection.check()
+        kept.check()
         used = None
         try:
             used = connection_used()

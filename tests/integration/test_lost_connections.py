@@ -22,6 +22,7 @@ from django_tasks_db.models import DBTaskResult
 from plans import bulk
 from plans.models import Run, RunEvent, Step, ToolCall
 from plans.runtime.advance import advance_run
+from plans.runtime.recorder import _Writer
 from plans.services.runs import run_create
 from tests.integration.conftest import postgres_settings, service_url
 from tests.integration.it_tools import calls_made, gates_dir
@@ -131,7 +132,12 @@ def chain_around_sever(spare: int) -> dict:
     }
 
 
-def test_a_flush_on_a_lost_connection_is_retried_once_and_the_run_goes_on(on_postgres, caplog):
+def test_a_flush_on_a_lost_connection_is_retried_once_and_the_run_goes_on(
+    on_postgres, caplog, monkeypatch
+):
+    # Every batch goes to the writer thread (not committed on the advancing thread before a
+    # round's calls), so the writer is connected when step 2 runs.
+    monkeypatch.setattr(_Writer, "idle_here", lambda self: False)
     # Spared: the advancing thread's session. The recorder's, used a moment ago (too recently
     # for its idle check), is ended under it.
     run = run_create(author=on_postgres, goal_text="g", plan_data=chain_around_sever(backend_pid()))

@@ -1,5 +1,8 @@
 """The executor end to end through its real persistence: rounds, results, failures, events."""
 
+import threading
+import uuid
+
 import pytest
 from django.utils import timezone
 
@@ -297,3 +300,55 @@ def test_impure_calls_start_only_once_their_step_started_is_committed_one_commit
     started = RunEvent.objects.filter(run=run, kind="step_started", payload__round=1)
     assert started.count() == 3
     assert len({event.at for event in started}) == 1
+
+
+def starts_committed_by_thread(monkeypatch, *, steal_lease: bool = False) -> list[str]:
+    """The threads that commit (or try to commit) batches holding step_started events; with
+    steal_lease, the lease is taken away inside the first such commit, before its fence."""
+    threads: list[str] = []
+    real_append = recorder.append_events
+
+    def append_events(run_id, entries, **kw):
+        if any(kind == "step_started" for kind, _ in entries):
+            threads.append(threading.current_thread().name)
+            if steal_lease:
+                Run.objects.filter(pk=run_id).update(lease_token=uuid.uuid4())
+        return real_append(run_id, entries, **kw)
+
+    monkeypatch.setattr(recorder, "append_events", append_events)
+    return threads
+
+
+def test_with_the_writer_idle_the_advancing_thread_commits_each_rounds_starts_before_its_calls(
+    author, test_tools, monkeypatch
+):
+    # No flush between rounds: the writer has nothing queued when each round starts.
+    monkeypatch.setattr(recorder, "FLUSH_DELAY_S", 60.0)
+    threads = starts_committed_by_thread(monkeypatch)
+    steps = [
+        {"id": 1, "tool": "sees_its_start", "args": {"label": "impure"}},
+        {"id": 2, "tool": "sales_report", "args": {"rows": 1}},  # pure: started first
+        {"id": 3, "tool": "sees_its_start", "args": {"label": "next"}, "depends_on": [1, 2]},
+    ]
+
+    run = run_plan(author, steps)
+
+    assert run.status == Run.Status.COMPLETED
+    assert steps_of(run)[1].result is True
+    assert steps_of(run)[3].result is True
+    assert threads == [threading.current_thread().name] * 2  # one commit a round, made here
+
+
+def test_a_lease_lost_at_the_advancing_threads_commit_of_a_round_stops_its_calls(
+    author, test_tools, monkeypatch
+):
+    threads = starts_committed_by_thread(monkeypatch, steal_lease=True)
+    steps = [{"id": k, "tool": "sleepy", "args": {"seconds": 0, "label": f"s{k}"}} for k in (1, 2)]
+    run = run_create(author=author, goal_text="lost", plan_data={"steps": steps})
+
+    assert advance_run(run.pk) == "lease_lost"
+
+    assert threads == [threading.current_thread().name]
+    assert support_tools.calls == []
+    assert not ToolCall.objects.filter(run=run).exists()
+    assert not RunEvent.objects.filter(run=run, kind="step_started").exists()

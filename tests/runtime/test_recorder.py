@@ -4,6 +4,7 @@ import threading
 import time
 
 import pytest
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from plans.journal.events import LeaseLost
@@ -195,3 +196,125 @@ def test_a_call_waiting_for_its_start_is_told_at_commit_before_the_events_are_an
     assert durables[0].wait() is True
     recorder.close()
     assert known_when_announced == [True]
+
+
+def commits_by_thread(monkeypatch) -> list[tuple[str, list[str]]]:
+    """Every commit attempt the recorder makes, as (thread name, event kinds), in order."""
+    commits: list[tuple[str, list[str]]] = []
+    real_append = recorder_module.append_events
+
+    def append_events(run_id, entries, **kw):
+        commits.append((threading.current_thread().name, [kind for kind, _ in entries]))
+        return real_append(run_id, entries, **kw)
+
+    monkeypatch.setattr(recorder_module, "append_events", append_events)
+    return commits
+
+
+def test_before_calls_an_idle_writers_batch_is_committed_at_once_on_the_calling_thread(
+    author, monkeypatch
+):
+    commits = commits_by_thread(monkeypatch)
+    run = run_create(author=author, goal_text="inline", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    recorder.event("run_status", status="running")
+
+    assert recorder.flush_before_calls() is None  # committed: nothing for a call to wait on
+
+    assert RunEvent.objects.filter(run=run, kind="run_status").exists()
+    assert commits == [(threading.current_thread().name, ["run_status"])]
+    recorder.close()
+
+
+def test_before_calls_a_batch_goes_behind_one_still_queued_so_the_order_is_kept(
+    author, monkeypatch
+):
+    commits = commits_by_thread(monkeypatch)
+    monkeypatch.setattr(recorder_module, "FLUSH_DELAY_S", 0.5)
+    run = run_create(author=author, goal_text="queued", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    recorder.event("run_status", status="first")
+    recorder.flush()  # young: the writer holds it for the next batch
+    recorder.event("run_status", status="second")
+
+    durable = recorder.flush_before_calls()
+
+    assert durable is not None and durable.wait() is True
+    recorder.close()
+    statuses = RunEvent.objects.filter(run=run, kind="run_status").order_by("seq")
+    assert [event.payload["status"] for event in statuses] == ["first", "second"]
+    assert [thread for thread, _ in commits] == [recorder_threads()[0].name]
+
+
+def test_before_calls_inside_the_callers_own_transaction_the_batch_goes_to_the_writer(author):
+    run = run_create(author=author, goal_text="atomic", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    recorder.event("run_status", status="running")
+
+    with transaction.atomic():
+        # A commit here would only be a savepoint, undone if the caller's block failed.
+        durable = recorder.flush_before_calls()
+    assert durable is not None and durable.wait() is True
+    recorder.close()
+
+    assert RunEvent.objects.filter(run=run, kind="run_status").exists()
+
+
+def test_a_lease_lost_at_a_commit_before_calls_is_raised_and_nothing_after_it_is_written(
+    author,
+):
+    run = run_create(author=author, goal_text="lost")
+    stale = lease_acquire(run.pk)
+    lease_release(stale)
+    lease_acquire(run.pk)  # someone else holds it now
+    recorder = RunRecorder(stale)
+    recorder.event("run_status", status="before the calls")
+
+    with pytest.raises(LeaseLost):
+        recorder.flush_before_calls()
+    recorder.event("run_status", status="after")
+    with pytest.raises(LeaseLost):
+        recorder.flush_before_calls()
+    with pytest.raises(LeaseLost):
+        recorder.flush(wait=True)
+    recorder.close()
+
+    assert not RunEvent.objects.filter(run=run, kind="run_status").exists()
+
+
+def test_a_database_error_at_a_commit_before_calls_stops_every_later_batch(author, monkeypatch):
+    run = run_create(author=author, goal_text="refused")
+    recorder = RunRecorder(lease_acquire(run.pk))
+    real_append = recorder_module.append_events
+
+    def refused_once(run_id, entries, **kw):
+        monkeypatch.setattr(recorder_module, "append_events", real_append)
+        raise OperationalError("database is locked")  # the server answered: not retried
+
+    monkeypatch.setattr(recorder_module, "append_events", refused_once)
+    recorder.event("run_status", status="before the calls")
+
+    with pytest.raises(OperationalError):
+        recorder.flush_before_calls()
+    recorder.event("run_status", status="after")
+    with pytest.raises(OperationalError):
+        recorder.flush(wait=True)
+    recorder.close()
+
+    # The run's log stays a prefix: nothing is written after the batch that failed.
+    assert not RunEvent.objects.filter(run=run, kind="run_status").exists()
+
+
+def test_a_flush_that_waits_is_committed_on_the_calling_thread_when_the_writer_is_idle(
+    author, monkeypatch
+):
+    commits = commits_by_thread(monkeypatch)
+    run = run_create(author=author, goal_text="waits", plan_data=PLAN)
+    recorder = RunRecorder(lease_acquire(run.pk))
+    recorder.event("run_status", status="running")
+
+    recorder.flush(wait=True)
+
+    assert commits == [(threading.current_thread().name, ["run_status"])]
+    assert RunEvent.objects.filter(run=run, kind="run_status").exists()
+    recorder.close()
