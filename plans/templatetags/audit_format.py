@@ -6,6 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from django import template
+from django.utils import timezone
 from django.utils.formats import number_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -47,6 +48,26 @@ def json_block(value: Any) -> SafeString:
         f"{len(text):,}",
         text,
     )
+
+
+@register.filter
+def time_of_day(value: Any) -> SafeString:
+    """A stored time as the audit's rows show it: <time> with the full ISO time, showing the
+    time of day to the microsecond (written directly: Django's date filter, twice a row, was a
+    tenth of a 500-step run's audit page)."""
+    if value is None:
+        return SafeString("—")
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}">{}</time>', local.isoformat(), local.strftime("%H:%M:%S.%f")
+    )
+
+
+@register.filter
+def short_hash(value: Any, shown: int = 12) -> str:
+    """The first `shown` characters of a hash or key and an ellipsis (its title has it whole)."""
+    text = str(value or "")
+    return text if len(text) <= shown + 1 else f"{text[:shown]}…"
 
 
 @register.filter

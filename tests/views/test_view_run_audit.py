@@ -285,6 +285,24 @@ def test_the_event_log_lists_every_event_and_the_state_of_its_hash_chain(client,
     assert "hash chain intact" in events
 
 
+def test_each_event_row_shows_its_time_to_the_microsecond_and_the_start_of_its_hash(client, author):
+    run = finished_run(author)
+    first = run.events.get(seq=1)
+    on_the_second = first.at.replace(microsecond=0)
+    run.events.filter(pk=first.pk).update(at=on_the_second)  # isoformat leaves out ".000000"
+    last = run.events.get(seq=run.last_seq)
+    client.force_login(author)
+
+    events = section(audit_page(client, run), "events-heading")
+
+    stamp = on_the_second.strftime("%H:%M:%S")
+    assert f'<time datetime="{on_the_second.isoformat()}">{stamp}.000000</time>' in events
+    assert "+00:00" in on_the_second.isoformat() and "." not in on_the_second.isoformat()
+    shown = last.at.strftime("%H:%M:%S.%f")
+    assert f'<time datetime="{last.at.isoformat()}">{shown}</time>' in events
+    assert f'<code class="hash" title="{last.hash}">{last.hash[:12]}…</code>' in events
+
+
 def test_a_run_without_a_plan_yet_has_an_audit_page(client, author):
     run = run_create(author=author, goal_text=PRICE_GOAL)
     client.force_login(author)
