@@ -52,11 +52,12 @@ def json_block(value: Any) -> SafeString:
 
 @register.filter
 def time_of_day(value: Any) -> SafeString:
-    """A stored time as the audit's rows show it: <time> with the full ISO time, showing the
-    time of day to the microsecond (written directly: Django's date filter, twice a row, was a
-    tenth of a 500-step run's audit page)."""
+    """<time> with the full ISO time, showing the time of day to the microsecond.
+
+    Written directly: with truncatechars, Django's date filter (twice a row) was a sixth of a
+    500-step run's audit rendering."""
     if value is None:
-        return SafeString("—")
+        return SafeString("")  # as the date filter wrote nothing
     local = timezone.localtime(value)
     return format_html(
         '<time datetime="{}">{}</time>', local.isoformat(), local.strftime("%H:%M:%S.%f")
