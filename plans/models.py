@@ -418,7 +418,8 @@ class Approval(models.Model):
     )
     via = models.CharField(max_length=10, choices=Via, blank=True)
     reason = models.TextField(blank=True)
-    requested_at = models.DateTimeField(auto_now_add=True)
+    # Set when the approval is built, not when saved: a rule decides it at that very moment.
+    requested_at = models.DateTimeField(default=timezone.now, editable=False)
     decided_at = models.DateTimeField(null=True, blank=True)
     # The tool's preview of the effect of `args` (plans.engine.previews): taken when this was
     # requested, and again for a reviewer's edit; null for a tool without one, {"error"} when it

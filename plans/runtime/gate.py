@@ -14,7 +14,6 @@ from enum import StrEnum
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils import timezone
 
 from plans.engine import args_match_sha256, args_sha256, preview_changes, preview_version
 from plans.engine.approval_rules import Kind, Match, call_match
@@ -103,8 +102,6 @@ def approval_request(
         args=resolved_args,
         args_sha256=args_sha256(step.tool, resolved_args),
         preview=preview,
-        # Set again when saved; here for what reads it before (a rule's decision, a span).
-        requested_at=timezone.now(),
     )
     try:
         rules = rules_load()
@@ -156,7 +153,7 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
     approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
     approval.approvals_needed = outcome.approvals
     approval.groups = list(outcome.groups)
-    deadlines, now = match.rule.deadlines, timezone.now()
+    deadlines, now = match.rule.deadlines, approval.requested_at
     if not match.error:
         if deadlines.ttl_s is not None:
             approval.expires_at = now + timedelta(seconds=deadlines.ttl_s)
@@ -169,7 +166,7 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
     if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
         return
     approval.via = Approval.Via.RULE
-    approval.decided_at = timezone.now()
+    approval.decided_at = approval.requested_at  # a rule waits for nobody
     if outcome.kind is Kind.APPROVE:
         approval.decision = Approval.Decision.APPROVED
     else:

@@ -43,6 +43,8 @@ def test_a_small_refund_on_a_delivered_order_is_approved_by_the_rule_and_runs(au
     assert decided["rule_version"] == approval.rule_version
     # Nobody was asked: no request event, so no e-mail or webhook for reviewers.
     assert not RunEvent.objects.filter(run=run, kind="approval_requested").exists()
+    # A rule waits for nobody: decided at the very moment of the request, as stored.
+    assert approval.decided_at == approval.requested_at
 
 
 def test_the_same_refund_on_an_order_not_delivered_is_routed_to_finance(author, settings):

@@ -7,6 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from plans.models import Approval, LedgerEntry, Run, RunEvent, Step, ToolCall
+from plans.runtime import inflight
 from plans.runtime.advance import RunAdvancer, advance_run
 from plans.services.approvals import ApprovalRefused, approval_decide
 from plans.services.runs import run_cancel, run_create
@@ -200,9 +201,10 @@ def test_a_cancel_while_the_last_step_runs_ends_the_run_cancelled_without_an_ans
     assert run.model_call_count == 0 and run.answer == ""
 
 
-def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settings):
+def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settings, monkeypatch):
     settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
-    settings.AGENTSITE_TOOL_RETRY_BASE_S = settings.AGENTSITE_TOOL_RETRY_CAP_S = 2.0
+    # Jitter could make the retry due at once; a fixed wait leaves room to record the cancel.
+    monkeypatch.setattr(inflight, "backoff_delay", lambda attempt, **_: 3.0)
     flaky_args = {"label": f"retry-after-cancel-{author.pk}", "failures": 1}
     run = create(author, [{"id": 1, "tool": "flaky", "args": flaky_args}])
     worker = advancing(run)
