@@ -153,15 +153,15 @@ def approval_rule_apply(approval: Approval, match: Match) -> None:
     approval.rule_outcome = Approval.RuleOutcome(outcome.kind.value) if not match.error else ""
     approval.approvals_needed = outcome.approvals
     approval.groups = list(outcome.groups)
-    deadlines, now = match.rule.deadlines, approval.requested_at
+    deadlines, asked = match.rule.deadlines, approval.requested_at
     if not match.error:
         if deadlines.ttl_s is not None:
-            approval.expires_at = now + timedelta(seconds=deadlines.ttl_s)
+            approval.expires_at = asked + timedelta(seconds=deadlines.ttl_s)
         if deadlines.remind_after_s is not None:
             approval.remind_every = timedelta(seconds=deadlines.remind_after_s)
-            approval.remind_at = now + approval.remind_every
+            approval.remind_at = asked + approval.remind_every
         if deadlines.escalate_after_s is not None:
-            approval.escalate_at = now + timedelta(seconds=deadlines.escalate_after_s)
+            approval.escalate_at = asked + timedelta(seconds=deadlines.escalate_after_s)
             approval.escalate_to = list(deadlines.escalate_to)
     if match.error or outcome.kind not in (Kind.APPROVE, Kind.DENY):
         return
