@@ -217,7 +217,17 @@
         var fresh = document.getElementById("inbox-list");
         if (!fresh) return;
         decided.reverse().forEach(function (group) {
-          if (!document.getElementById(group.id)) fresh.insertBefore(group, fresh.firstChild);
+          var same = document.getElementById(group.id);
+          if (!same) {
+            fresh.insertBefore(group, fresh.firstChild);
+            return;
+          }
+          // The run asked again in the same round (an approved call that came back stale):
+          // keep what was decided above the new request, not only the request.
+          var first = same.querySelector(".approval-card");
+          group.querySelectorAll(".approval-card").forEach(function (card) {
+            if (!document.getElementById(card.id)) (first ? first.parentNode : same).insertBefore(card, first);
+          });
         });
       });
   }

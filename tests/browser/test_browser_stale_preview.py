@@ -44,6 +44,13 @@ def test_the_second_refund_comes_back_stale_with_both_previews(sign_in, screensh
     racing = reviewer.locator(f"#group-{second}-2")
     racing.get_by_role("button", name="Approve", exact=True).click()
     expect(racing.locator(".decision-stamp.stamp-approved")).to_have_count(1)
+    # Nothing was left on the page to decide, so it shows what arrived since: the first run's
+    # next step, and the second's call asked again in the same round. What was decided stays.
+    expect(reviewer.locator(f"#group-{first}-3")).to_be_visible()
+    expect(racing.locator(".preview-stale")).to_be_visible()
+    expect(racing.locator(".decision-stamp.stamp-approved")).to_have_count(1)
+    expect(racing.locator(".approval-card").first).to_contain_text("approved by reviewer")
+    screenshot(reviewer, "inbox_decided_then_asked_again")
     # The call does not run: the run's page says so as it happens.
     author.goto(f"{daphne_server}/runs/{second}/")
     expect(author.locator("#timeline")).to_contain_text(
