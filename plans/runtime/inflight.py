@@ -25,7 +25,7 @@ from plans.models import Step, ToolPreview
 from plans.runtime import telemetry
 from plans.runtime.gate import approval_request_again
 from plans.runtime.recorder import record_late_tool_call
-from plans.runtime.steps_state import DECISION_POLL_S, StepsState
+from plans.runtime.steps_state import CANCEL_POLL_S, DECISION_POLL_S, StepsState
 from plans.runtime.tool_calls import ToolOutcome, reconcile_call
 from plans.runtime.tool_threads import Call, ToolThreads
 from plans.runtime.worker import waiting, waiting_group
@@ -326,6 +326,7 @@ class CallsInFlight(StepsState):
             candidates.append(self.deadlines[0][0] - now)
         if self.retries:
             candidates.append(self.retries[0][0] - now)
+            candidates.append(self.cancel_read_at + CANCEL_POLL_S - now)
         if self.awaiting:
             candidates.append(DECISION_POLL_S)
         flush_in = self.recorder.flush_due_in()

@@ -27,7 +27,7 @@ from plans.models import Plan as PlanRow
 from plans.runtime.inflight import CallsInFlight
 from plans.runtime.launching import Launching
 from plans.runtime.planning import declined_calls, effects_taken, plan_to_engine
-from plans.runtime.steps_state import DECISION_POLL_S, Advancer
+from plans.runtime.steps_state import CANCEL_POLL_S, DECISION_POLL_S, Advancer
 from plans.runtime.tool_threads import Call, tool_threads
 from plans.tools import ToolSpec
 from plans.tools.results import RunResults
@@ -55,6 +55,7 @@ class StepsExecution(Launching, CallsInFlight):
         self.completed: queue.SimpleQueue[Call] = queue.SimpleQueue()
         self.deadlines: list[tuple[float, int, Call]] = []  # a heap
         self.retries: list[tuple[float, int]] = []  # a heap of (due, step id)
+        self.cancel_read_at = 0.0
         self.calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]] = {}
         self.call_hashes: dict[int, str] = {}  # step id -> args_sha256 of its call
         self.rng = random.Random()
@@ -100,6 +101,17 @@ class StepsExecution(Launching, CallsInFlight):
             self.round_left[step.round] = self.round_left.get(step.round, 0) + 1
         self._restore()
 
+    def _cancel_during_backoff(self) -> bool:
+        """Whether a cancel is recorded while retries wait: read when one comes due, and every
+        CANCEL_POLL_S before, so a cancel does not wait out a long backoff."""
+        if not self.retries:
+            return False
+        now = time.monotonic()
+        if self.retries[0][0] > now and now - self.cancel_read_at < CANCEL_POLL_S:
+            return False
+        self.cancel_read_at = now
+        return self.advancer.cancel_recorded()
+
     def _restore(self) -> None:
         for step in sorted(self.steps.values(), key=lambda s: s.step_id):
             if step.status in Step.FINISHED:
@@ -130,8 +142,7 @@ class StepsExecution(Launching, CallsInFlight):
                 raise LeaseLost(f"run {self.run.pk}: lease {self.lease.token} was lost")
             cancelled = self.advancer.cancel_known
             if not cancelled:
-                retry_due = bool(self.retries) and self.retries[0][0] <= time.monotonic()
-                if retry_due and self.advancer.cancel_recorded():
+                if self._cancel_during_backoff():
                     continue  # the loop gives the retries up
                 self._retry_due(pool)
                 room = self.run.max_parallel_steps - len(self.inflight)

@@ -35,6 +35,9 @@ from plans.tools.results import RunResults
 
 # How often a run with steps awaiting approval looks for decisions while other steps run.
 DECISION_POLL_S = 0.25
+# How often a run waiting out a retry's backoff looks for a cancel (nothing else commits then,
+# so no commit brings the cancel with it).
+CANCEL_POLL_S = 0.5
 
 
 class Advancer(Protocol):
@@ -76,6 +79,7 @@ class StepsState:
     completed: queue.SimpleQueue[Call]
     deadlines: list[tuple[float, int, Call]]  # a heap
     retries: list[tuple[float, int]]  # a heap of (due, step id)
+    cancel_read_at: float  # when a backoff last looked for a cancel (monotonic)
     calls: dict[int, tuple[ToolSpec, dict[str, Any], Approval | None]]
     call_hashes: dict[int, str]  # step id -> args_sha256 of its call
     rng: random.Random

@@ -203,8 +203,9 @@ def test_a_cancel_while_the_last_step_runs_ends_the_run_cancelled_without_an_ans
 
 def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settings, monkeypatch):
     settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
-    # Jitter could make the retry due at once; a fixed wait leaves room to record the cancel.
-    monkeypatch.setattr(inflight, "backoff_delay", lambda attempt, **_: 3.0)
+    # Jitter could make the retry due at once; a fixed wait leaves room to record the cancel,
+    # and one far longer than the test waits shows the cancel does not wait it out.
+    monkeypatch.setattr(inflight, "backoff_delay", lambda attempt, **_: 600.0)
     flaky_args = {"label": f"retry-after-cancel-{author.pk}", "failures": 1}
     run = create(author, [{"id": 1, "tool": "flaky", "args": flaky_args}])
     worker = advancing(run)
@@ -213,6 +214,7 @@ def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settin
     run_cancel(run=run, user=author)
     worker.join(timeout=30)
 
+    assert not worker.is_alive(), "the cancel waited for the retry's backoff"
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     step = steps_of(run)[1]
