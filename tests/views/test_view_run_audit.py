@@ -20,6 +20,7 @@ from plans.services.plans import plan_check, plan_store
 from plans.services.runs import run_create
 from tests.html_safety import DOT_BREAKER, IMG, MULTILINE, SCRIPT, executable_markup
 from tests.pages import section
+from tests.reviewing import refund_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -226,6 +227,20 @@ def test_it_shows_each_approval_with_reviewer_decision_reason_hash_and_edited_ar
     assert "&quot;amount_inr&quot;: 2499" in approvals  # what the executor asked about
     assert "&quot;amount_inr&quot;: 1000" in approvals  # what was decided
     assert f'title="{args_sha256("issue_refund", edited)}"' in approvals
+
+
+def test_an_approval_a_rule_decided_names_the_rule_and_its_version(client, author, settings):
+    settings.AGENTSITE_APPROVAL_RULE_MODULES = ["plans.demo.approval_rules"]
+    plan = refund_plan("A-1001", 800, reason="damaged")
+    run = finished_run(author, plan=plan, goal="Refund 800 on A-1001")
+    decided = Approval.objects.get(run=run)
+    assert decided.decided_by_rule and decided.rule_version
+    client.force_login(author)
+
+    approvals = section(audit_page(client, run), "approvals-heading")
+
+    assert f"rule <code>{decided.rule}</code>" in approvals
+    assert f"version {decided.rule_version}" in approvals
 
 
 def test_every_plan_version_is_shown(client, author):
