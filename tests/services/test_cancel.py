@@ -222,3 +222,32 @@ def test_a_retry_waiting_when_the_cancel_is_recorded_never_starts(author, settin
     assert "cancelled before the retry" in step.error
     cancel = RunEvent.objects.get(run=run, kind="cancel_requested")
     assert not RunEvent.objects.filter(run=run, kind="step_started", seq__gt=cancel.seq).exists()
+
+
+def test_a_cancel_gives_up_a_waiting_retry_while_a_slow_call_runs_on_and_is_recorded(
+    author, settings, monkeypatch
+):
+    settings.AGENTSITE_TOOL_MODULES = ["tests.support_tools"]
+    monkeypatch.setattr(inflight, "backoff_delay", lambda attempt, **_: 600.0)
+    flaky_args = {"label": f"retry-beside-slow-{author.pk}", "failures": 1}
+    run = create(
+        author,
+        [
+            {"id": 1, "tool": "flaky", "args": flaky_args},
+            {"id": 2, "tool": "sleepy", "args": {"seconds": 8, "label": "slow"}},
+        ],
+    )
+    worker = advancing(run)
+    wait_until(lambda: RunEvent.objects.filter(run=run, kind="step_retrying").exists())
+
+    run_cancel(run=run, user=author)
+    # The retry is given up while the slow call still runs, not when its backoff ends.
+    wait_until(lambda: "cancelled before the retry" in steps_of(run)[1].error, timeout=30)
+    assert steps_of(run)[2].status == Step.Status.RUNNING
+    worker.join(timeout=30)
+
+    assert not worker.is_alive()
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert steps_of(run)[2].status == Step.Status.SUCCEEDED
+    assert steps_of(run)[1].attempts == 1
