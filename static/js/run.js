@@ -226,7 +226,7 @@
           // keep what was decided above the new request, not only the request.
           var first = same.querySelector(".approval-card");
           group.querySelectorAll(".approval-card").forEach(function (card) {
-            if (!document.getElementById(card.id)) (first ? first.parentNode : same).insertBefore(card, first);
+            if (!document.getElementById(card.id)) same.insertBefore(card, first);
           });
         });
       });
