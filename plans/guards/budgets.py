@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -15,7 +15,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from plans.bulk import FETCH_ONE, execute, prepared_value
-from plans.models import ModelCall, RateBucket, Run
+from plans.models import RateBucket, Run, SpendRollup
 
 MODEL_CALLS_BUCKET = "model-calls"
 
@@ -35,34 +35,38 @@ def author_daily_problem(run: Run, *, next_call_usd: Decimal) -> str | None:
 
 
 def author_spent_today(author_id: int) -> Decimal:
-    """USD of every model call today (UTC) in the author's runs."""
-    start_of_day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    alias = router.db_for_read(ModelCall)
+    """USD of every model call today (UTC) in the author's runs, started calls at their estimate.
+
+    Read from the spend rollup, which the recorder adds each call to in the transaction that
+    records it: a few rows, where summing the calls themselves walked every run the author ever
+    had (10 ms before each model call at 5,000 runs, and growing).
+    """
+    alias = router.db_for_read(SpendRollup)
     connection = connections[alias]
-    since = prepared_value(ModelCall, "created_at", start_of_day, connection)
-    row = execute(connection, _spent_since_sql(alias), [author_id, since], fetch=FETCH_ONE)
+    today = prepared_value(SpendRollup, "day", timezone.localdate(), connection)
+    row = execute(connection, _spent_on_sql(alias), [today, author_id], fetch=FETCH_ONE)
     return Decimal(str(row[0])) if row and row[0] is not None else Decimal(0)
 
 
 @functools.cache
-def _spent_since_sql(alias: str) -> str:
-    """The ORM's SQL for an author's spend since a time, compiled once (params: author, time).
+def _spent_on_sql(alias: str) -> str:
+    """The ORM's SQL for an author's spend on a day, compiled once (params: day, author).
 
     It runs before every model call, and building the query cost more than running it.
     """
     query = (
-        ModelCall.objects.using(alias)
-        .filter(run__goal__author_id=0)
-        .filter(created_at__gte=timezone.now())
+        SpendRollup.objects.using(alias)
+        .filter(day=date(2000, 1, 2))
+        .filter(author_id=-1)
         .order_by()
-        .values("run__goal__author_id")
+        .values("author_id")
         .annotate(total=Sum("cost_usd"))
         .values("total")
         .query
     )
     sql, params = query.get_compiler(alias).as_sql()
-    if len(params) != 2:
-        raise AssertionError(f"expected the author and the time as parameters, got {params}")
+    if len(params) != 2 or params[1] != -1:
+        raise AssertionError(f"expected the day and the author as parameters, got {params}")
     return sql
 
 

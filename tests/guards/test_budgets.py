@@ -35,17 +35,33 @@ def run_goal(author="alice"):
     return json.loads(out.getvalue())
 
 
-def spent_earlier_today(username, usd):
-    """An earlier run of this author that cost usd today."""
-    run_goal(username)
-    call = ModelCall.objects.filter(run__goal__author__username=username).latest("pk")
-    ModelCall.objects.filter(pk=call.pk).update(cost_usd=Decimal(usd))
+def spent_earlier_today(settings, username, usd):
+    """An earlier run of this author that cost at least usd today, its calls recorded as any
+    run's are (priced high for it, with no cap or run budget in its way)."""
+    from plans.guards.budgets import author_spent_today
+
+    saved = (
+        settings.AGENTSITE_MODEL_PRICES,
+        settings.AGENTSITE_AUTHOR_DAILY_USD,
+        settings.AGENTSITE_RUN_BUDGET_USD,
+    )
+    dear = dict.fromkeys(("input", "output", "cache_read", "cache_write"), 1000.0)
+    settings.AGENTSITE_MODEL_PRICES = {**saved[0], "offline": dear}
+    settings.AGENTSITE_AUTHOR_DAILY_USD, settings.AGENTSITE_RUN_BUDGET_USD = 0, 100
+    assert run_goal(username)["status"] == "completed"
+    (
+        settings.AGENTSITE_MODEL_PRICES,
+        settings.AGENTSITE_AUTHOR_DAILY_USD,
+        settings.AGENTSITE_RUN_BUDGET_USD,
+    ) = saved
+    author = get_user_model().objects.get(username=username)
+    assert author_spent_today(author.pk) >= Decimal(usd)
 
 
 def test_an_author_over_the_daily_cap_is_stopped_before_the_next_model_call(
-    priced_offline_model,
+    priced_offline_model, settings
 ):
-    spent_earlier_today("alice", "1.50")
+    spent_earlier_today(settings, "alice", "1.50")
 
     out = run_goal("alice")
 
@@ -54,8 +70,8 @@ def test_an_author_over_the_daily_cap_is_stopped_before_the_next_model_call(
     assert out["model_calls"] == 0
 
 
-def test_the_daily_cap_is_per_author(priced_offline_model):
-    spent_earlier_today("alice", "1.50")
+def test_the_daily_cap_is_per_author(priced_offline_model, settings):
+    spent_earlier_today(settings, "alice", "1.50")
 
     out = run_goal("carol")
 
@@ -93,29 +109,51 @@ def test_a_run_that_gets_no_call_within_its_patience_fails_with_a_clear_message(
 
 def test_spent_today_sums_only_todays_calls_in_the_authors_runs(db):
     from datetime import timedelta
-    from decimal import Decimal
-
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
 
     from plans.guards.budgets import author_spent_today
-    from plans.models import ModelCall
+    from plans.journal.rollup import model_calls_recorded
     from plans.services.runs import run_create
 
     users = get_user_model().objects
     alice, bob = users.create(username="alice-spend"), users.create(username="bob-spend")
     run_a = run_create(author=alice, goal_text="a")
     run_b = run_create(author=bob, goal_text="b")
-    common = {"purpose": "plan", "model": "m", "prices": {}, "latency_ms": 1}
-    ModelCall.objects.create(run=run_a, cost_usd=Decimal("0.25"), **common)
-    ModelCall.objects.create(run=run_a, cost_usd=Decimal("0.50"), **common)
-    ModelCall.objects.create(run=run_b, cost_usd=Decimal("9"), **common)
-    yesterday = ModelCall.objects.create(run=run_a, cost_usd=Decimal("7"), **common)
-    ModelCall.objects.filter(pk=yesterday.pk).update(created_at=timezone.now() - timedelta(days=1))
+
+    def recorded(run, usd, *, days_ago=0):
+        """A model call recorded as the recorder records one: its row, then its rollup share."""
+        call = ModelCall.objects.create(
+            run=run, cost_usd=Decimal(usd), purpose="plan", model="m", prices={}, latency_ms=1
+        )
+        if days_ago:
+            when = timezone.now() - timedelta(days=days_ago)
+            ModelCall.objects.filter(pk=call.pk).update(created_at=when)
+            call.refresh_from_db()
+        model_calls_recorded(run.pk, [call])
+
+    recorded(run_a, "0.25")
+    recorded(run_a, "0.50")
+    recorded(run_b, "9")
+    recorded(run_a, "7", days_ago=1)
 
     assert author_spent_today(alice.pk) == Decimal("0.75")
     assert author_spent_today(bob.pk) == Decimal("9")
     assert author_spent_today(users.create(username="carol-spend").pk) == Decimal(0)
+
+
+def test_the_daily_spend_is_read_from_the_rollup_not_from_every_call_of_the_author(db):
+    """Before every model call: a lookup of today's few rollup rows, whatever the author's
+    history (summing the calls walked every run the author ever had)."""
+    from django.db import connection
+
+    from plans.guards.budgets import _spent_on_sql
+
+    sql = _spent_on_sql(connection.alias)
+    assert "plans_modelcall" not in sql and "plans_run" not in sql
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", ["2026-12-07", 1])
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "SEARCH plans_spendrollup USING INDEX" in plan, plan
 
 
 def drive(run):
