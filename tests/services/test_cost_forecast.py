@@ -109,3 +109,40 @@ def test_the_forecast_sits_beside_the_actual_cost_in_the_rollup_and_the_rebuild(
         kept.forecast_usd,
         kept.forecast_actual_usd,
     )
+
+
+def test_the_history_is_the_latest_finished_answers_of_completed_runs_with_that_model(
+    author, monkeypatch
+):
+    from plans.selectors import forecasts
+    from plans.selectors.forecasts import answer_history
+
+    monkeypatch.setattr(forecasts, "HISTORY_LIMIT", 3)
+    forecasts._history_statement.cache_clear()  # the limit is in the statement
+    done = run_create(author=author, goal_text="done")
+    Run.objects.filter(pk=done.pk).update(status=Run.Status.COMPLETED, tools_used=["price"])
+    failed = run_create(author=author, goal_text="failed")
+    Run.objects.filter(pk=failed.pk).update(status=Run.Status.FAILED, tools_used=["price"])
+    common = {"prices": {}, "latency_ms": 1, "model": "m", "cost_usd": Decimal(0)}
+
+    def call(run, output_tokens, **fields):
+        values = {"purpose": "answer", "state": "finished", "error": "", **common, **fields}
+        ModelCall.objects.create(run=run, output_tokens=output_tokens, **values)
+
+    call(done, 1)  # the oldest of four that count: past the limit of 3
+    for tokens in (2, 3):
+        call(done, tokens)
+    call(done, 90, purpose="plan")
+    call(done, 91, state="started")
+    call(done, 92, error="overloaded")
+    call(done, 93, model="other")
+    call(failed, 94)
+    call(done, 4)
+    try:
+        history = answer_history(model="m")
+    finally:
+        forecasts._history_statement.cache_clear()
+
+    assert [sample.tokens["output_tokens"] for sample in history] == [4, 3, 2]
+    assert {sample.tools for sample in history} == {frozenset({"price"})}
+    assert answer_history(model="nobody") == []
