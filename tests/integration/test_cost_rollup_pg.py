@@ -5,15 +5,19 @@ from __future__ import annotations
 import random
 import threading
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
+from plans.guards.budgets import author_spent_today
 from plans.journal.rollup import rollup_drift, tool_calls_recorded
-from plans.models import ToolRollup
+from plans.models import ModelCall, ToolRollup
+from plans.selectors.forecasts import answer_history
 from tests.integration.conftest import postgres_settings
 from tests.journal.test_cost_rollup import (
     recorded_at_random,
@@ -76,3 +80,17 @@ def test_the_rollup_kept_on_postgresql_equals_the_raw_rows_summed(pg_database, t
 
         assert rollup_drift() == []
         assert report_from_rollup(30) == report_from_raw_rows(30)
+        # What is read from the rollup and with prepared statements before model calls and
+        # plans, as PostgreSQL spells it (a date, jsonb).
+        today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        for person in people:
+            calls = ModelCall.objects.filter(run__goal__author=person, created_at__gte=today)
+            spent = calls.aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
+            assert author_spent_today(person.pk) == spent
+        answers = ModelCall.objects.filter(
+            purpose="answer", model="offline", state="finished", error="", run__status="completed"
+        ).order_by("-created_at", "-pk")
+        assert [sample.tools for sample in answer_history(model="offline")] == [
+            frozenset(tools) for tools in answers.values_list("run__tools_used", flat=True)
+        ]
+        assert answers.exists()
