@@ -35,33 +35,28 @@ def run_goal(author="alice"):
     return json.loads(out.getvalue())
 
 
-def spent_earlier_today(settings, username, usd):
+def spent_earlier_today(username, usd):
     """An earlier run of this author that cost at least usd today, its calls recorded as any
     run's are (priced high for it, with no cap or run budget in its way)."""
+    from django.conf import settings
+    from django.test import override_settings
+
     from plans.guards.budgets import author_spent_today
 
-    saved = (
-        settings.AGENTSITE_MODEL_PRICES,
-        settings.AGENTSITE_AUTHOR_DAILY_USD,
-        settings.AGENTSITE_RUN_BUDGET_USD,
-    )
     dear = dict.fromkeys(("input", "output", "cache_read", "cache_write"), 1000.0)
-    settings.AGENTSITE_MODEL_PRICES = {**saved[0], "offline": dear}
-    settings.AGENTSITE_AUTHOR_DAILY_USD, settings.AGENTSITE_RUN_BUDGET_USD = 0, 100
-    assert run_goal(username)["status"] == "completed"
-    (
-        settings.AGENTSITE_MODEL_PRICES,
-        settings.AGENTSITE_AUTHOR_DAILY_USD,
-        settings.AGENTSITE_RUN_BUDGET_USD,
-    ) = saved
+    prices = {**settings.AGENTSITE_MODEL_PRICES, "offline": dear}
+    with override_settings(
+        AGENTSITE_MODEL_PRICES=prices, AGENTSITE_AUTHOR_DAILY_USD=0, AGENTSITE_RUN_BUDGET_USD=100
+    ):
+        assert run_goal(username)["status"] == "completed"
     author = get_user_model().objects.get(username=username)
     assert author_spent_today(author.pk) >= Decimal(usd)
 
 
 def test_an_author_over_the_daily_cap_is_stopped_before_the_next_model_call(
-    priced_offline_model, settings
+    priced_offline_model,
 ):
-    spent_earlier_today(settings, "alice", "1.50")
+    spent_earlier_today("alice", "1.50")
 
     out = run_goal("alice")
 
@@ -70,8 +65,8 @@ def test_an_author_over_the_daily_cap_is_stopped_before_the_next_model_call(
     assert out["model_calls"] == 0
 
 
-def test_the_daily_cap_is_per_author(priced_offline_model, settings):
-    spent_earlier_today(settings, "alice", "1.50")
+def test_the_daily_cap_is_per_author(priced_offline_model):
+    spent_earlier_today("alice", "1.50")
 
     out = run_goal("carol")
 
