@@ -64,6 +64,57 @@ def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
     execute(connection, sql, params, many=True)
 
 
+def new_row(instance: Model) -> dict[str, Any]:
+    """A new instance's columns as save() would insert them ({attname: value}; fields'
+    pre_save included, so auto_now_add is set on the instance too), for insert_rows and
+    insert_returning_pk. No model signal is sent."""
+    row = {}
+    for field in type(instance)._meta.concrete_fields:
+        if field.primary_key and getattr(instance, field.attname) is None:
+            continue  # the database numbers it
+        value = field.pre_save(instance, True)
+        if hasattr(value, "resolve_expression"):
+            raise TypeError(f"{field} is an expression ({value!r}): save() it instead")
+        row[field.attname] = value
+    return row
+
+
+def insert_returning_pk(instance: Model, row: Mapping[str, Any]) -> None:
+    """INSERT one instance's new_row and give the instance the primary key the database chose,
+    as save() does (it is then an instance of a stored row)."""
+    model = type(instance)
+    connection = _connection(model)
+    sql, prepares = _insert_statement(connection.alias, model, tuple(row))
+    pk_column = column_sql(model._meta, connection.ops.quote_name, model._meta.pk.name)
+    params = [
+        prepare(value, connection) for prepare, value in zip(prepares, row.values(), strict=True)
+    ]
+    (pk,) = execute(connection, f"{sql} RETURNING {pk_column}", params, fetch=FETCH_ONE)
+    instance.pk = pk
+    instance._state.adding = False
+    instance._state.db = connection.alias
+
+
+def reload(instance: Model) -> None:
+    """Read an instance's fields from its row again and forget its cached relations, as
+    refresh_from_db() does, in one prepared statement (its query building costs ten times the
+    read: ~0.4 ms against ~0.04 ms)."""
+    model = type(instance)
+    meta = model._meta
+    found = rows_where(model, **{meta.pk.attname: instance.pk})
+    if not found:
+        missing = f"{meta.object_name} {instance.pk} is not stored"
+        raise model.DoesNotExist(missing)  # type: ignore[attr-defined]  # every concrete model's
+    fresh = found[0]
+    for field in meta.concrete_fields:
+        instance.__dict__[field.attname] = fresh.__dict__[field.attname]
+    instance._prefetched_objects_cache = {}  # type: ignore[attr-defined]
+    for relation in (*meta.fields, *meta.related_objects, *meta.private_fields):
+        if relation.is_relation and relation.is_cached(instance):
+            relation.delete_cached_value(instance)
+    instance._state.db = fresh._state.db
+
+
 def load_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
     """INSERT many new rows as insert_rows does, for bulk loads (seed_runs): COPY on PostgreSQL.
 

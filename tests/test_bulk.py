@@ -10,12 +10,15 @@ from django.utils import timezone
 from plans.bulk import (
     JSONText,
     field_value,
+    insert_returning_pk,
     insert_rows,
+    new_row,
+    reload,
     rows_where,
     update_one_returning,
     update_rows,
 )
-from plans.models import ModelCall, Run, RunEvent, Step, ToolCall
+from plans.models import ModelCall, Plan, Run, RunEvent, Step, ToolCall
 from plans.selectors.plans import plan_current
 from plans.services.runs import run_create
 
@@ -288,3 +291,63 @@ def test_a_refused_statement_raises_djangos_own_error(run):
     assert first is not None
     with pytest.raises(IntegrityError):
         insert_rows(RunEvent, [{k: v for k, v in first.items() if k != "id"}])  # seq taken
+
+
+def plan_columns(pk):
+    return {k: v for k, v in Plan.objects.filter(pk=pk).values().get().items() if k != "id"}
+
+
+def test_a_new_row_is_stored_as_save_stores_it_and_the_instance_gets_its_key(run):
+    first = plan_current(run)
+    fields = {
+        "run": run,
+        "parent": first,
+        "source": Plan.Source.REPLAN,
+        "raw_output": '{"steps": []}',
+        "problems": ["a", {"nested": [1, None]}],
+        "forecast": {"model_usd": "0.01"},
+    }
+    ours = Plan(version=2, **fields)
+    insert_returning_pk(ours, new_row(ours))
+    by_orm = Plan.objects.create(version=3, **fields)
+
+    assert ours.pk is not None and not ours._state.adding and ours._state.db == "default"
+    assert ours.created_at is not None  # auto_now_add, as save() sets it
+    stored, expected = plan_columns(ours.pk), plan_columns(by_orm.pk)
+    for differing in ("version", "created_at"):
+        stored.pop(differing), expected.pop(differing)
+    assert stored == expected
+    assert stored["parent_id"] == first.pk and stored["decision"] == ""  # a default
+    assert stored_text("plans_plan", "problems", ours.pk) == stored_text(
+        "plans_plan", "problems", by_orm.pk
+    )
+
+
+def test_a_new_row_refuses_an_expression_it_cannot_write_as_a_value(run):
+    from django.db.models import F
+
+    plan = Plan(run=run, version=F("version") + 1)
+    with pytest.raises(TypeError, match="version"):
+        new_row(plan)
+
+
+def test_reload_reads_every_field_again_and_forgets_cached_relations(run):
+    loaded = Run.objects.select_related("goal").get(pk=run.pk)
+    goal = loaded._meta.get_field("goal")
+    assert goal.is_cached(loaded)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED, error="gone", cost_usd="1.5")
+
+    reload(loaded)
+    by_orm = Run.objects.get(pk=run.pk)
+    by_orm.refresh_from_db()
+    for field in Run._meta.concrete_fields:
+        assert getattr(loaded, field.attname) == getattr(by_orm, field.attname), field.name
+    assert loaded.status == Run.Status.FAILED and loaded.cost_usd == Decimal("1.5")
+    assert not goal.is_cached(loaded)  # read again when next asked for, as refresh_from_db does
+
+
+def test_reload_of_a_row_that_is_gone_raises_does_not_exist(run):
+    loaded = Run.objects.get(pk=run.pk)
+    Run.objects.filter(pk=run.pk).delete()
+    with pytest.raises(Run.DoesNotExist):
+        reload(loaded)

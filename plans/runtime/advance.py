@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
-from plans.bulk import connection_wait, field_value, rows_where
+from plans.bulk import connection_wait, field_value, reload, rows_where
 from plans.engine import (
     Budget,
     budget_problem,
@@ -191,7 +191,7 @@ class RunAdvancer:
                     return self.finish(Run.Status.BLOCKED)
                 if self._park_for_plan_approval(plan_row):
                     return Run.Status.AWAITING_PLAN_APPROVAL
-                plan_row.refresh_from_db()
+                reload(plan_row)
                 continue
             steps = plan_steps(plan_row)
             parked = StepsExecution(self, plan_row, steps).execute()
@@ -335,7 +335,7 @@ class RunAdvancer:
             call_model=self._call_model_and_flush,
             lease=self.lease,
         )
-        self.run.refresh_from_db()
+        reload(self.run)
         if isinstance(result, DirectAnswer):
             self._answer_directly(result)
             return False

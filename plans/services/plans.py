@@ -8,10 +8,10 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from plans import engine
+from plans.bulk import insert_returning_pk, insert_rows, new_row, reload, rows_where
 from plans.journal.events import append_events
 from plans.journal.leases import Lease
 from plans.journal.tasks import run_enqueue
@@ -81,12 +81,14 @@ def plan_store(
         if plan is not None
         else None
     )
+    # Prepared statements, not the ORM: every submitted goal, planner answer and replan stores
+    # a plan, and building the ORM's queries cost several times running them.
     with transaction.atomic():
-        latest = run.plans.aggregate(version=Max("version"))["version"] or 0
-        parent = run.plans.filter(version=latest).first() if latest else None
-        row = Plan.objects.create(
+        latest = rows_where(Plan, run_id=run.pk, order_by="-version", limit=1)
+        parent = latest[0] if latest else None
+        row = Plan(
             run=run,
-            version=latest + 1,
+            version=parent.version + 1 if parent else 1,
             parent=parent,
             source=source,
             raw_output=engine.storable(raw_output),
@@ -94,23 +96,27 @@ def plan_store(
             problems=engine.storable(problems),
             forecast=forecast,
         )
+        insert_returning_pk(row, new_row(row))
         run_fields: dict[str, Any] = {}
         if plan is not None:
             depths = engine.depths(plan)
-            Step.objects.bulk_create(
+            insert_rows(
+                Step,
                 [
-                    Step(
-                        plan=row,
-                        step_id=step.id,
-                        tool=step.tool,
-                        args=step.args,
-                        depends_on=list(step.depends_on),
-                        destructive=registry[step.tool].destructive,
-                        round=depths[step.id],
-                        repeat=step.repeat,
+                    new_row(
+                        Step(
+                            plan=row,
+                            step_id=step.id,
+                            tool=step.tool,
+                            args=step.args,
+                            depends_on=list(step.depends_on),
+                            destructive=registry[step.tool].destructive,
+                            round=depths[step.id],
+                            repeat=step.repeat,
+                        )
                     )
                     for step in plan.steps
-                ]
+                ],
             )
             run_fields["tools_used"] = sorted({*run.tools_used, *(s.tool for s in plan.steps)})
             if forecast is not None and run.forecast_usd is None and forecast["model_usd"]:
@@ -145,7 +151,7 @@ def plan_store(
         append_events(
             run.pk, events, lease_token=lease.token if lease else None, run_fields=run_fields
         )
-    run.refresh_from_db()
+    reload(run)
     return row
 
 
