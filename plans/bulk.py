@@ -67,7 +67,7 @@ def insert_rows(model: type[Model], rows: Sequence[Mapping[str, Any]]) -> None:
 def new_row(instance: Model) -> dict[str, Any]:
     """A new instance's columns as save() would insert them ({attname: value}; fields'
     pre_save included, so auto_now_add is set on the instance too), for insert_rows and
-    insert_returning_pk. No model signal is sent."""
+    insert_new. No model signal is sent."""
     row = {}
     for field in type(instance)._meta.concrete_fields:
         if field.primary_key and getattr(instance, field.attname) is None:
@@ -79,10 +79,11 @@ def new_row(instance: Model) -> dict[str, Any]:
     return row
 
 
-def insert_returning_pk(instance: Model, row: Mapping[str, Any]) -> None:
-    """INSERT one instance's new_row and give the instance the primary key the database chose,
-    as save() does (it is then an instance of a stored row)."""
+def insert_new(instance: Model) -> None:
+    """INSERT a new instance's row (new_row) and give it the primary key the database chose, as
+    save() does: it is then the instance of a stored row."""
     model = type(instance)
+    row = new_row(instance)
     connection = _connection(model)
     sql, prepares = _insert_statement(connection.alias, model, tuple(row))
     pk_column = column_sql(model._meta, connection.ops.quote_name, model._meta.pk.name)

@@ -10,7 +10,7 @@ from django.utils import timezone
 from plans.bulk import (
     JSONText,
     field_value,
-    insert_returning_pk,
+    insert_new,
     insert_rows,
     new_row,
     reload,
@@ -308,7 +308,7 @@ def test_a_new_row_is_stored_as_save_stores_it_and_the_instance_gets_its_key(run
         "forecast": {"model_usd": "0.01"},
     }
     ours = Plan(version=2, **fields)
-    insert_returning_pk(ours, new_row(ours))
+    insert_new(ours)
     by_orm = Plan.objects.create(version=3, **fields)
 
     assert ours.pk is not None and not ours._state.adding and ours._state.db == "default"

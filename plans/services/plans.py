@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from plans import engine
-from plans.bulk import insert_returning_pk, insert_rows, new_row, reload, rows_where
+from plans.bulk import insert_new, insert_rows, new_row, reload, rows_where
 from plans.journal.events import append_events
 from plans.journal.leases import Lease
 from plans.journal.tasks import run_enqueue
@@ -96,7 +96,7 @@ def plan_store(
             problems=engine.storable(problems),
             forecast=forecast,
         )
-        insert_returning_pk(row, new_row(row))
+        insert_new(row)
         run_fields: dict[str, Any] = {}
         if plan is not None:
             depths = engine.depths(plan)
