@@ -1,6 +1,7 @@
-"""Prepared SQL for hot paths (the executor, the notifier, the costs rollup, bulk loads):
-many-row inserts and updates, fenced updates, simple loads; and the check of a connection a
-long-lived thread keeps between uses (KeptConnection).
+"""Prepared SQL for hot paths (the executor, storing plans, the notifier, the costs rollup,
+bulk loads): many-row inserts and updates, a new instance inserted and an instance reloaded as
+save() and refresh_from_db() would, fenced updates, simple loads; and the check of a connection
+a long-lived thread keeps between uses (KeptConnection).
 
 The ORM builds and compiles a query (or a model instance per row) on every call; on the
 executor's path that costs far more than the database does (~400 us against ~20 us here).
