@@ -35,7 +35,9 @@ from plans.bulk import (
     connection_lost,
     connection_used,
     connection_wait,
+    insert_new,
     insert_rows,
+    rows_where,
     update_rows,
 )
 from plans.engine import args_sha256
@@ -432,17 +434,23 @@ class _Writer:
             tool_calls_recorded(tool_calls)
             for late in batch.late_tool_calls:
                 record_late_tool_call(**late)
+            # Every priced model call is written here when it starts and again when it ends:
+            # prepared, as the ORM's save, in_bulk and update cost 0.8 ms a call, these 0.2.
             for call in batch.started_model_calls:
-                call.save()
+                insert_new(call)
             model_calls_recorded(lease.run_id, batch.started_model_calls)
             new_calls = [call for call in batch.model_calls if call.pk is None]
             insert_rows(ModelCall, [_model_call_row(call) for call in new_calls])
             model_calls_recorded(lease.run_id, new_calls)
             if updated_calls := [call for call in batch.model_calls if call.pk is not None]:
                 # Started at their estimate: the rollup takes the difference.
-                before = ModelCall.objects.in_bulk([call.pk for call in updated_calls])
-                for call in updated_calls:
-                    ModelCall.objects.filter(pk=call.pk).update(**_model_call_row(call))
+                before = {
+                    stored.pk: stored
+                    for call in updated_calls
+                    for stored in rows_where(ModelCall, id=call.pk)
+                }
+                rows = [{"id": call.pk, **_model_call_row(call)} for call in updated_calls]
+                update_rows(ModelCall, rows, [name for name in rows[0] if name != "id"])
                 model_calls_recorded(lease.run_id, updated_calls, before=before)
             for stale in batch.stale_approvals:
                 # Before the fresh request: one pending approval per step.
