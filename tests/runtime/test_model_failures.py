@@ -3,7 +3,7 @@
 import pytest
 
 from plans.llm.offline import OfflineModel
-from plans.models import ModelCall, Run, Step
+from plans.models import ModelCall, Run, SpendRollup, Step
 from plans.runtime import advance as execution
 from plans.runtime.advance import advance_run
 from plans.services.runs import run_create
@@ -166,3 +166,6 @@ def test_a_billed_model_call_is_finished_on_its_started_row(author, claude_serve
     assert call.state == "finished" and call.input_tokens == 80
     assert 0 < call.cost_usd < call.estimated_usd
     assert Run.objects.get(pk=run.pk).cost_usd == call.cost_usd
+    # The rollup counted it once, at its estimate when it started, then took the difference.
+    (spend,) = SpendRollup.objects.filter(author=author)
+    assert (spend.calls, spend.input_tokens, spend.cost_usd) == (1, 80, call.cost_usd)
