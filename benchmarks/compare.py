@@ -1,9 +1,11 @@
-"""Regression check: the executor benchmark and a burst's CPU per run, BASE_REF against this tree.
+"""Regression check: the executor benchmark, a burst's CPU per run and a run's bookkeeping
+(creation, a priced model call), BASE_REF against this tree.
 
-Runs each commit's own benchmark scripts, alternating a detached worktree of BASE_REF with the
-working tree (ABBA order, so a drift of the machine's speed falls on both), and prints the
-median of each figure over the rounds with the ratio new / base. Exits 1 when any shape's wall
-time (or the CPU per run) is more than --threshold slower. A developer's command, never a test:
+Runs each commit's own executor and load benchmarks, and this tree's bookkeeping script on each
+tree's code, alternating a detached worktree of BASE_REF with the working tree (ABBA order, so a
+drift of the machine's speed falls on both), and prints the median of each figure over the
+rounds with the ratio new / base. Exits 1 when any shape's wall time (or the CPU per run) is
+more than --threshold slower. A developer's command, never a test:
 
     ./dev bench compare 003be73
     ./dev bench compare main --rounds 4 --repeats 3 --shapes diamond,layered --no-load
@@ -62,6 +64,19 @@ def load_figures(tree: Path, runs: int) -> Figures:
     return figures
 
 
+def bookkeeping_figures(tree: Path) -> Figures:
+    """This tree's bookkeeping script on tree's code: CPU per run creation and per priced run."""
+    out = _run(tree, str(ROOT / "benchmarks" / "bookkeeping.py"), "--tree", str(tree))
+    figures = {
+        label.strip(): float(value)
+        for label, _, value in (line.rpartition(" ") for line in out.splitlines())
+        if label.endswith("CPU/run ms")
+    }
+    if len(figures) != 2:
+        raise SystemExit(f"no bookkeeping figures for {tree}:\n{out}")
+    return figures
+
+
 def _run(tree: Path, script: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTSITE_")}
     done = subprocess.run(
@@ -89,7 +104,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="repeats per shape in a run")
     parser.add_argument("--shapes", default="diamond,wide,chain,layered,layered-random")
     parser.add_argument("--load-runs", type=int, default=50, help="runs in the load burst")
-    parser.add_argument("--no-load", action="store_true", help="skip the CPU-per-run burst")
+    parser.add_argument(
+        "--no-load", action="store_true", help="skip the CPU-per-run burst and bookkeeping"
+    )
     parser.add_argument("--threshold", type=float, default=0.10, help="slower than this fails")
     args = parser.parse_args()
 
@@ -125,6 +142,7 @@ def _alternate(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, li
             figures = executor_figures(trees[which], args.repeats, args.shapes)
             if not args.no_load:
                 figures |= load_figures(trees[which], args.load_runs)
+                figures |= bookkeeping_figures(trees[which])
             results[which].append(figures)
     return results
 
