@@ -435,7 +435,7 @@ class _Writer:
             for late in batch.late_tool_calls:
                 record_late_tool_call(**late)
             # Every priced model call is written here when it starts and again when it ends:
-            # prepared, as the ORM's save, in_bulk and update cost 0.8 ms a call, these 0.2.
+            # prepared, since the ORM's save, in_bulk and update cost several times the statements.
             for call in batch.started_model_calls:
                 insert_new(call)
             model_calls_recorded(lease.run_id, batch.started_model_calls)
